@@ -1,0 +1,134 @@
+//! Serialization by direct writes into one buffer.
+
+use crate::header::HeaderName;
+use crate::message::{Header, Message};
+use crate::method::Method;
+use bytes::{BufMut, Bytes, BytesMut};
+
+/// Writes a message line by line. Headers are written as given; `finish_with_body` adds
+/// Content-Length (always, so the message frames on stream transports) and the body.
+pub struct MessageWriter {
+    buf: BytesMut,
+}
+
+impl MessageWriter {
+    pub fn with_capacity(capacity: usize) -> Self {
+        MessageWriter {
+            buf: BytesMut::with_capacity(capacity),
+        }
+    }
+
+    pub fn request_line(mut self, method: &Method, uri: &str) -> Self {
+        self.put(method.as_bytes());
+        self.put(b" ");
+        self.put(uri.as_bytes());
+        self.put(b" SIP/2.0\r\n");
+        self
+    }
+
+    pub fn status_line(mut self, status: u16, reason: &str) -> Self {
+        self.put(b"SIP/2.0 ");
+        self.put(itoa::Buffer::new().format(status).as_bytes());
+        self.put(b" ");
+        self.put(reason.as_bytes());
+        self.put(b"\r\n");
+        self
+    }
+
+    pub fn header(&mut self, name: &str, value: &str) -> &mut Self {
+        self.header_parts(name, &[value])
+    }
+
+    /// One header whose value is the concatenation of `parts` (avoids formatting).
+    pub fn header_parts(&mut self, name: &str, parts: &[&str]) -> &mut Self {
+        self.put(name.as_bytes());
+        self.put(b": ");
+        for p in parts {
+            self.put(p.as_bytes());
+        }
+        self.put(b"\r\n");
+        self
+    }
+
+    pub fn header_u32(&mut self, name: &str, value: u32) -> &mut Self {
+        self.header(name, itoa::Buffer::new().format(value))
+    }
+
+    /// Copies a received header line, name and value as they were (folding included).
+    pub fn copy_header(&mut self, msg: &Message, header: &Header) -> &mut Self {
+        let name = match header.name {
+            HeaderName::Other => msg.header_name_text(header),
+            known => known.canonical(),
+        };
+        self.header(name, msg.header_value(header))
+    }
+
+    /// Copies every header with this name, in order.
+    pub fn copy_headers_named(&mut self, msg: &Message, name: HeaderName) -> &mut Self {
+        for h in msg.headers().iter().filter(|h| h.name == name) {
+            self.copy_header(msg, h);
+        }
+        self
+    }
+
+    pub fn finish_with_body(mut self, content_type: Option<&str>, body: &[u8]) -> Bytes {
+        if let Some(ct) = content_type.filter(|_| !body.is_empty()) {
+            self.header("Content-Type", ct);
+        }
+        self.header_u32("Content-Length", body.len() as u32);
+        self.put(b"\r\n");
+        self.put(body);
+        self.buf.freeze()
+    }
+
+    pub fn finish(self) -> Bytes {
+        self.finish_with_body(None, b"")
+    }
+
+    fn put(&mut self, b: &[u8]) {
+        self.buf.put_slice(b);
+    }
+}
+
+/// Builds a response to a request (RFC 3261 §8.2.6): Via, From, Call-ID and CSeq copied,
+/// To copied with a tag added when the request had none and `to_tag` is given.
+pub struct ResponseBuilder {
+    writer: MessageWriter,
+}
+
+impl ResponseBuilder {
+    pub fn new(request: &Message, status: u16, reason: &str, to_tag: Option<&str>) -> Self {
+        let mut writer = MessageWriter::with_capacity(512 + request.via_header_count() * 64)
+            .status_line(status, reason);
+        writer.copy_headers_named(request, HeaderName::Via);
+        writer.copy_headers_named(request, HeaderName::From);
+        match (request.to_tag(), to_tag) {
+            (None, Some(tag)) if status > 100 && !request.to_value().is_empty() => {
+                writer.header_parts("To", &[request.to_value(), ";tag=", tag]);
+            }
+            _ => {
+                writer.copy_headers_named(request, HeaderName::To);
+            }
+        }
+        writer.copy_headers_named(request, HeaderName::CallId);
+        writer.copy_headers_named(request, HeaderName::CSeq);
+        ResponseBuilder { writer }
+    }
+
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.writer.header(name, value);
+        self
+    }
+
+    pub fn writer(&mut self) -> &mut MessageWriter {
+        &mut self.writer
+    }
+
+    pub fn body(self, content_type: &str, body: &[u8]) -> Bytes {
+        self.writer.finish_with_body(Some(content_type), body)
+    }
+
+    pub fn finish(self) -> Bytes {
+        self.writer.finish()
+    }
+}

@@ -1,0 +1,171 @@
+//! The Via header (RFC 3261 §20.42): `SIP / 2.0 / UDP host:port ;params`, LWS allowed around `/`.
+
+use crate::lex::{self, trim_lws};
+use crate::uri::split_host_port;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Transport {
+    Udp,
+    Tcp,
+    Tls,
+    Sctp,
+    Ws,
+    Wss,
+    Other,
+}
+
+impl Transport {
+    pub fn parse(s: &str) -> Transport {
+        const ALL: &[(&str, Transport)] = &[
+            ("UDP", Transport::Udp),
+            ("TCP", Transport::Tcp),
+            ("TLS", Transport::Tls),
+            ("SCTP", Transport::Sctp),
+            ("WS", Transport::Ws),
+            ("WSS", Transport::Wss),
+        ];
+        ALL.iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(s))
+            .map_or(Transport::Other, |(_, t)| *t)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Udp => "UDP",
+            Transport::Tcp => "TCP",
+            Transport::Tls => "TLS",
+            Transport::Sctp => "SCTP",
+            Transport::Ws => "WS",
+            Transport::Wss => "WSS",
+            Transport::Other => "OTHER",
+        }
+    }
+
+    pub fn is_reliable(self) -> bool {
+        !matches!(self, Transport::Udp)
+    }
+}
+
+/// One Via value, borrowed from the message text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Via<'a> {
+    pub transport: Transport,
+    pub transport_text: &'a str,
+    pub host: &'a str,
+    pub port: Option<u16>,
+    /// Parameters after sent-by, without the leading `;`.
+    pub params: &'a str,
+}
+
+impl<'a> Via<'a> {
+    /// Parses a single Via value (not a comma-separated list).
+    pub fn parse(value: &'a str) -> Option<Via<'a>> {
+        let mut rest = value;
+        let mut protocol = [""; 3];
+        for (i, part) in protocol.iter_mut().enumerate() {
+            let end = if i < 2 {
+                rest.find('/')?
+            } else {
+                first_lws_after_token(rest)?
+            };
+            *part = trim_lws(&rest[..end]);
+            rest = if i < 2 {
+                &rest[end + 1..]
+            } else {
+                &rest[end..]
+            };
+        }
+        if !protocol[0].eq_ignore_ascii_case("SIP")
+            || protocol[1] != "2.0"
+            || !lex::is_token(protocol[2])
+        {
+            return None;
+        }
+        let rest = trim_lws(rest);
+        let (sent_by, params) = match rest.find(';') {
+            Some(semi) => (trim_lws(&rest[..semi]), &rest[semi + 1..]),
+            None => (rest, ""),
+        };
+        let (host, port) = split_host_port(sent_by)?;
+        if !params.is_empty() {
+            lex::parse_params(params)?;
+        } else if rest.ends_with(';') {
+            return None;
+        }
+        Some(Via {
+            transport: Transport::parse(protocol[2]),
+            transport_text: protocol[2],
+            host,
+            port,
+            params,
+        })
+    }
+
+    pub fn param(&self, name: &str) -> Option<Option<&'a str>> {
+        if self.params.is_empty() {
+            return None;
+        }
+        lex::find_param(self.params, name)
+    }
+
+    pub fn branch(&self) -> Option<&'a str> {
+        self.param("branch").flatten()
+    }
+
+    pub fn received(&self) -> Option<&'a str> {
+        self.param("received").flatten()
+    }
+
+    /// `Some(None)` for a bare `;rport` (a request asking for it), `Some(Some(p))` when filled in.
+    pub fn rport(&self) -> Option<Option<u16>> {
+        self.param("rport").map(|v| v.and_then(|p| p.parse().ok()))
+    }
+}
+
+/// End of the transport token: skips leading LWS, then the token.
+fn first_lws_after_token(s: &str) -> Option<usize> {
+    let start = s.len()
+        - s.trim_start_matches(|c: char| c.is_ascii() && lex::is_lws(c as u8))
+            .len();
+    let token_len = s[start..]
+        .bytes()
+        .take_while(|b| lex::is_token_byte(*b))
+        .count();
+    (token_len > 0).then_some(start + token_len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tortuous_via() {
+        let v = Via::parse("SIP  /   2.0\r\n /UDP\r\n    192.0.2.2;branch=390skdjuw").unwrap();
+        assert_eq!(
+            (v.transport, v.host, v.port, v.branch()),
+            (Transport::Udp, "192.0.2.2", None, Some("390skdjuw"))
+        );
+        let v = Via::parse(" SIP  /    2.0   / UDP  192.168.255.111   ; branch=\r\n z9hG4bK30239")
+            .unwrap();
+        assert_eq!(v.branch(), Some("z9hG4bK30239"));
+        let v = Via::parse(
+            "SIP/2.0/UDP [2001:db8::9:1];received=[2001:db8::9:255];branch=z9hG4bKas3-111",
+        )
+        .unwrap();
+        assert_eq!(v.received(), Some("[2001:db8::9:255]"));
+        assert_eq!(
+            Via::parse("SIP/2.0/UNKNOWN t4.example.com;branch=x")
+                .unwrap()
+                .transport,
+            Transport::Other
+        );
+        assert!(Via::parse("SIP/2.0/UDP 192.0.2.15;;,;,,").is_none());
+        assert!(Via::parse("SIP/7.0/UDP c.example.com;branch=z9hG4bKkdjuw").is_none());
+        assert_eq!(
+            Via::parse("SIP/2.0/UDP h:5060;rport;branch=z9")
+                .unwrap()
+                .rport(),
+            Some(None)
+        );
+    }
+}
