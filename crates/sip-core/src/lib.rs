@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 mod builder;
+mod flow;
 mod framing;
 mod header;
 mod lex;
@@ -22,6 +23,7 @@ mod uri;
 mod via;
 
 pub use builder::{MessageWriter, ResponseBuilder};
+pub use flow::Flow;
 pub use framing::{frame_stream, StreamFrame, MAX_MESSAGE_BYTES};
 pub use header::HeaderName;
 pub use message::{CSeq, Defect, Header, Message, Span, StartLine};

@@ -1,0 +1,314 @@
+//! SIP transports on tokio: UDP and TCP listeners, outgoing TCP connections, message framing,
+//! and the limits that keep a misbehaving peer from exhausting the server.
+//!
+//! Received messages are parsed here, on the reader task, and handed to a [`Sink`] (the
+//! container's dispatcher); sending never blocks: every queue is bounded and a full queue is
+//! an error the caller counts.
+#![forbid(unsafe_code)]
+
+mod spec;
+mod tcp;
+mod udp;
+
+pub use spec::{ListenSpec, Protocol, SpecError};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tandem_sip::{Flow, Message, ParseError, ParseLimits, Transport};
+use tokio::net::UdpSocket;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+#[derive(Debug, Clone)]
+pub struct TransportConfig {
+    pub max_message_bytes: usize,
+    pub max_headers: usize,
+    /// Open TCP connections, in and out.
+    pub tcp_max_connections: usize,
+    /// Open TCP connections from or to one IP address.
+    pub tcp_max_connections_per_peer: usize,
+    /// A TCP connection with nothing received for this long is closed.
+    pub tcp_idle_timeout: Duration,
+    pub tcp_connect_timeout: Duration,
+    /// Messages queued for writing on one TCP connection; beyond, sending fails.
+    pub tcp_write_queue: usize,
+    /// Tasks reading each UDP socket.
+    pub udp_readers: usize,
+    /// SO_RCVBUF / SO_SNDBUF for UDP sockets, so bursts are not dropped by the kernel.
+    pub udp_socket_buffer_bytes: usize,
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        TransportConfig {
+            max_message_bytes: tandem_sip::MAX_MESSAGE_BYTES,
+            max_headers: 128,
+            tcp_max_connections: 10_000,
+            tcp_max_connections_per_peer: 256,
+            tcp_idle_timeout: Duration::from_secs(120),
+            tcp_connect_timeout: Duration::from_secs(5),
+            tcp_write_queue: 4096,
+            udp_readers: 1,
+            udp_socket_buffer_bytes: 8 << 20,
+        }
+    }
+}
+
+impl TransportConfig {
+    fn parse_limits(&self) -> ParseLimits {
+        ParseLimits {
+            max_message_bytes: self.max_message_bytes,
+            max_headers: self.max_headers,
+        }
+    }
+}
+
+/// Where received messages go. Called on reader tasks: must not block.
+pub trait Sink: Send + Sync + 'static {
+    /// A framed and parsed message (it may carry a defect, for the stack to answer).
+    fn on_message(&self, msg: Message, flow: Flow);
+    /// Bytes that could not be parsed into a message at all.
+    fn on_parse_error(&self, _error: ParseError, _flow: Flow) {}
+    /// A connection closed or could not be opened: transactions on it have failed.
+    fn on_flow_closed(&self, _flow: Flow) {}
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SendError {
+    #[error("no listener for transport {0:?}")]
+    NoListener(Transport),
+    #[error("send queue full")]
+    QueueFull,
+    #[error("connection limit reached")]
+    ConnectionLimit,
+    #[error("message too large for the transport")]
+    TooLarge,
+    #[error("transport {0:?} not supported")]
+    Unsupported(Transport),
+}
+
+/// Counters the admin endpoint exports.
+#[derive(Debug, Default)]
+pub struct TransportStats {
+    pub udp_send_dropped: AtomicU64,
+    pub udp_oversize_dropped: AtomicU64,
+    pub tcp_accepted: AtomicU64,
+    pub tcp_refused: AtomicU64,
+    pub tcp_idle_closed: AtomicU64,
+    pub tcp_open: AtomicU64,
+    pub tcp_queue_full: AtomicU64,
+}
+
+#[derive(Clone)]
+pub struct Transports {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub me: std::sync::Weak<Inner>,
+    pub config: TransportConfig,
+    pub sink: Arc<dyn Sink>,
+    pub listeners: Vec<Listener>,
+    pub connections: Mutex<Connections>,
+    pub next_connection: AtomicU64,
+    pub stats: TransportStats,
+    pub tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+pub(crate) struct Listener {
+    pub protocol: Protocol,
+    pub local: SocketAddr,
+    pub udp: Option<Arc<UdpSocket>>,
+}
+
+#[derive(Default)]
+pub(crate) struct Connections {
+    pub by_id: HashMap<u64, Connection>,
+    pub by_remote: HashMap<SocketAddr, u64>,
+    pub per_ip: HashMap<IpAddr, usize>,
+}
+
+pub(crate) struct Connection {
+    pub remote: SocketAddr,
+    pub writer: mpsc::Sender<Bytes>,
+}
+
+impl Connections {
+    /// Reserves room for one more connection to or from `ip`; false when a limit is reached.
+    pub fn admit(&mut self, ip: IpAddr, config: &TransportConfig) -> bool {
+        let per_ip = self.per_ip.get(&ip).copied().unwrap_or(0);
+        if self.by_id.len() >= config.tcp_max_connections
+            || per_ip >= config.tcp_max_connections_per_peer
+        {
+            return false;
+        }
+        *self.per_ip.entry(ip).or_insert(0) += 1;
+        true
+    }
+
+    pub fn remove(&mut self, id: u64) {
+        if let Some(conn) = self.by_id.remove(&id) {
+            if self.by_remote.get(&conn.remote) == Some(&id) {
+                self.by_remote.remove(&conn.remote);
+            }
+            let ip = conn.remote.ip();
+            if let Some(n) = self.per_ip.get_mut(&ip) {
+                *n -= 1;
+                if *n == 0 {
+                    self.per_ip.remove(&ip);
+                }
+            }
+        }
+    }
+}
+
+impl Transports {
+    /// Binds every listener and starts reading. Port 0 binds an ephemeral port
+    /// (see [`Self::local_addrs`]).
+    pub async fn bind(
+        specs: &[ListenSpec],
+        config: TransportConfig,
+        sink: Arc<dyn Sink>,
+    ) -> std::io::Result<Transports> {
+        let mut listeners = Vec::new();
+        let mut tcp_sockets = Vec::new();
+        for spec in specs {
+            match spec.protocol {
+                Protocol::Udp => {
+                    let socket = udp::bind(spec.addr, config.udp_socket_buffer_bytes)?;
+                    let local = socket.local_addr()?;
+                    listeners.push(Listener {
+                        protocol: Protocol::Udp,
+                        local,
+                        udp: Some(Arc::new(socket)),
+                    });
+                }
+                Protocol::Tcp => {
+                    let listener = tcp::bind(spec.addr)?;
+                    let local = listener.local_addr()?;
+                    listeners.push(Listener {
+                        protocol: Protocol::Tcp,
+                        local,
+                        udp: None,
+                    });
+                    tcp_sockets.push((listeners.len() - 1, listener));
+                }
+            }
+        }
+        let inner = Arc::new_cyclic(|me| Inner {
+            me: me.clone(),
+            config,
+            sink,
+            listeners,
+            connections: Mutex::new(Connections::default()),
+            next_connection: AtomicU64::new(1),
+            stats: TransportStats::default(),
+            tasks: Mutex::new(Vec::new()),
+        });
+        let mut tasks = Vec::new();
+        for (index, listener) in inner.listeners.iter().enumerate() {
+            if let Some(socket) = &listener.udp {
+                for _ in 0..inner.config.udp_readers.max(1) {
+                    tasks.push(tokio::spawn(udp::read_loop(
+                        inner.clone(),
+                        socket.clone(),
+                        index as u16,
+                    )));
+                }
+            }
+        }
+        for (index, listener) in tcp_sockets {
+            tasks.push(tokio::spawn(tcp::accept_loop(
+                inner.clone(),
+                listener,
+                index as u16,
+            )));
+        }
+        inner.tasks.lock().extend(tasks);
+        Ok(Transports { inner })
+    }
+
+    /// Bound addresses, in the order of the specs given to [`Self::bind`].
+    pub fn local_addrs(&self) -> Vec<(Protocol, SocketAddr)> {
+        self.inner
+            .listeners
+            .iter()
+            .map(|l| (l.protocol, l.local))
+            .collect()
+    }
+
+    /// The first listener for a transport: its index (for [`Flow::listener`]) and address.
+    pub fn listener_for(&self, transport: Transport) -> Option<(u16, SocketAddr)> {
+        let protocol = Protocol::for_transport(transport)?;
+        self.inner
+            .listeners
+            .iter()
+            .enumerate()
+            .find(|(_, l)| l.protocol == protocol)
+            .map(|(i, l)| (i as u16, l.local))
+    }
+
+    pub fn listener_addr(&self, index: u16) -> Option<(Protocol, SocketAddr)> {
+        self.inner
+            .listeners
+            .get(index as usize)
+            .map(|l| (l.protocol, l.local))
+    }
+
+    /// Sends without waiting. UDP goes out at once; TCP is queued on the flow's connection,
+    /// or on a connection to `flow.remote` (reused, or opened in the background).
+    pub fn send(&self, flow: Flow, payload: Bytes) -> Result<(), SendError> {
+        if payload.len() > self.inner.config.max_message_bytes {
+            return Err(SendError::TooLarge);
+        }
+        match flow.transport {
+            Transport::Udp => udp::send(&self.inner, flow, &payload),
+            Transport::Tcp => tcp::send(&self.inner, flow, payload),
+            other => Err(SendError::Unsupported(other)),
+        }
+    }
+
+    pub fn stats(&self) -> &TransportStats {
+        &self.inner.stats
+    }
+
+    pub fn open_connections(&self) -> usize {
+        self.inner.connections.lock().by_id.len()
+    }
+
+    /// Stops every reader, acceptor and connection.
+    pub fn shutdown(&self) {
+        for task in self.inner.tasks.lock().drain(..) {
+            task.abort();
+        }
+        let mut conns = self.inner.connections.lock();
+        let ids: Vec<u64> = conns.by_id.keys().copied().collect();
+        for id in ids {
+            conns.remove(id);
+        }
+    }
+}
+
+impl Inner {
+    pub(crate) fn new_connection_id(&self) -> u64 {
+        self.next_connection.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn self_arc(&self) -> Option<Arc<Inner>> {
+        self.me.upgrade()
+    }
+
+    pub(crate) fn track(&self, task: JoinHandle<()>) {
+        let mut tasks = self.tasks.lock();
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(task);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,72 @@
+use std::fmt;
+use std::net::SocketAddr;
+use std::str::FromStr;
+use tandem_sip::Transport;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    Udp,
+    Tcp,
+}
+
+impl Protocol {
+    pub fn transport(self) -> Transport {
+        match self {
+            Protocol::Udp => Transport::Udp,
+            Protocol::Tcp => Transport::Tcp,
+        }
+    }
+
+    pub fn for_transport(t: Transport) -> Option<Protocol> {
+        match t {
+            Transport::Udp => Some(Protocol::Udp),
+            Transport::Tcp => Some(Protocol::Tcp),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Udp => "udp",
+            Protocol::Tcp => "tcp",
+        }
+    }
+}
+
+/// `PROTO:IP:PORT`, e.g. `udp:127.0.0.1:5060` or `tcp:[::1]:5060`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenSpec {
+    pub protocol: Protocol,
+    pub addr: SocketAddr,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SpecError {
+    #[error("expected PROTO:IP:PORT (PROTO is udp or tcp), got {0:?}")]
+    Format(String),
+    #[error("unknown transport {0:?} (supported: udp, tcp)")]
+    Protocol(String),
+}
+
+impl FromStr for ListenSpec {
+    type Err = SpecError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (proto, addr) = s
+            .split_once(':')
+            .ok_or_else(|| SpecError::Format(s.to_string()))?;
+        let protocol = match proto.to_ascii_lowercase().as_str() {
+            "udp" => Protocol::Udp,
+            "tcp" => Protocol::Tcp,
+            _ => return Err(SpecError::Protocol(proto.to_string())),
+        };
+        let addr = addr.parse().map_err(|_| SpecError::Format(s.to_string()))?;
+        Ok(ListenSpec { protocol, addr })
+    }
+}
+
+impl fmt::Display for ListenSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.protocol.as_str(), self.addr)
+    }
+}

@@ -1,0 +1,229 @@
+use crate::{Connection, Inner, SendError};
+use bytes::{Buf, Bytes, BytesMut};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tandem_sip::{frame_stream, parse_stream_message, Flow, ParseError, StreamFrame, Transport};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+pub(crate) fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
+pub(crate) async fn accept_loop(inner: Arc<Inner>, listener: TcpListener, index: u16) {
+    loop {
+        let (stream, remote) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                // EMFILE and friends: back off briefly instead of spinning.
+                tracing::warn!(error = %e, "tcp accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let admitted = inner.connections.lock().admit(remote.ip(), &inner.config);
+        if !admitted {
+            inner.stats.tcp_refused.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%remote, "tcp connection refused: limit reached");
+            continue;
+        }
+        inner.stats.tcp_accepted.fetch_add(1, Ordering::Relaxed);
+        let id = inner.new_connection_id();
+        let (tx, rx) = mpsc::channel(inner.config.tcp_write_queue);
+        register(&inner, id, remote, tx);
+        let flow = Flow {
+            transport: Transport::Tcp,
+            listener: index,
+            connection: id,
+            remote,
+        };
+        let task = tokio::spawn(run_connection(inner.clone(), stream, rx, flow));
+        inner.track(task);
+    }
+}
+
+fn register(inner: &Inner, id: u64, remote: SocketAddr, writer: mpsc::Sender<Bytes>) {
+    let mut conns = inner.connections.lock();
+    conns.by_id.insert(id, Connection { remote, writer });
+    conns.by_remote.insert(remote, id);
+    inner
+        .stats
+        .tcp_open
+        .store(conns.by_id.len() as u64, Ordering::Relaxed);
+}
+
+fn unregister(inner: &Inner, id: u64) {
+    let mut conns = inner.connections.lock();
+    conns.remove(id);
+    inner
+        .stats
+        .tcp_open
+        .store(conns.by_id.len() as u64, Ordering::Relaxed);
+}
+
+async fn run_connection(
+    inner: Arc<Inner>,
+    stream: TcpStream,
+    rx: mpsc::Receiver<Bytes>,
+    flow: Flow,
+) {
+    let _ = stream.set_nodelay(true);
+    let (read, write) = stream.into_split();
+    let writer = tokio::spawn(write_loop(write, rx));
+    read_loop(&inner, read, flow).await;
+    writer.abort();
+    unregister(&inner, flow.connection);
+    inner.sink.on_flow_closed(flow);
+}
+
+async fn write_loop(mut write: OwnedWriteHalf, mut rx: mpsc::Receiver<Bytes>) {
+    while let Some(first) = rx.recv().await {
+        if write.write_all(&first).await.is_err() {
+            return;
+        }
+        // Drain what is already queued before the next wake-up.
+        while let Ok(more) = rx.try_recv() {
+            if write.write_all(&more).await.is_err() {
+                return;
+            }
+        }
+    }
+    let _ = write.shutdown().await;
+}
+
+async fn read_loop(inner: &Inner, mut read: OwnedReadHalf, flow: Flow) {
+    let max = inner.config.max_message_bytes;
+    let limits = inner.config.parse_limits();
+    let mut buf = BytesMut::with_capacity(8192);
+    loop {
+        match tokio::time::timeout(inner.config.tcp_idle_timeout, read.read_buf(&mut buf)).await {
+            Err(_) => {
+                inner.stats.tcp_idle_closed.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            Ok(Ok(0)) | Ok(Err(_)) => return,
+            Ok(Ok(_)) => {}
+        }
+        loop {
+            match frame_stream(&buf, max) {
+                StreamFrame::Incomplete => break,
+                StreamFrame::KeepAlive { len, double } => {
+                    buf.advance(len);
+                    if double {
+                        // RFC 5626 §4.4.1: answer a CRLFCRLF ping with a CRLF pong.
+                        let _ = send(inner, flow, Bytes::from_static(b"\r\n"));
+                    }
+                }
+                StreamFrame::Message { len } => {
+                    let bytes = Bytes::copy_from_slice(&buf[..len]);
+                    buf.advance(len);
+                    match parse_stream_message(bytes, &limits) {
+                        Ok(msg) => inner.sink.on_message(msg, flow),
+                        Err(e) => inner.sink.on_parse_error(e, flow),
+                    }
+                }
+                StreamFrame::Invalid { reason, head_len } => {
+                    tracing::debug!(reason, remote = %flow.remote, "closing unframeable tcp stream");
+                    report_invalid(inner, &buf, head_len, flow, &limits);
+                    return;
+                }
+            }
+        }
+        if buf.capacity() - buf.len() < 1024 {
+            buf.reserve(8192.min(max + 1 - buf.len().min(max)));
+        }
+    }
+}
+
+/// Hands the header section of an unframeable message up (as a datagram would be parsed, so
+/// it carries a defect and a request gets its 400), before the connection closes.
+fn report_invalid(
+    inner: &Inner,
+    buf: &BytesMut,
+    head_len: Option<usize>,
+    flow: Flow,
+    limits: &tandem_sip::ParseLimits,
+) {
+    let Some(head_len) = head_len else {
+        inner
+            .sink
+            .on_parse_error(ParseError::TooLarge(buf.len()), flow);
+        return;
+    };
+    match tandem_sip::parse_datagram(Bytes::copy_from_slice(&buf[..head_len]), limits) {
+        Ok(msg) => inner.sink.on_message(msg, flow),
+        Err(e) => inner.sink.on_parse_error(e, flow),
+    }
+}
+
+pub(crate) fn send(inner: &Inner, flow: Flow, payload: Bytes) -> Result<(), SendError> {
+    let existing = {
+        let conns = inner.connections.lock();
+        let id = if flow.connection != 0 && conns.by_id.contains_key(&flow.connection) {
+            Some(flow.connection)
+        } else {
+            conns.by_remote.get(&flow.remote).copied()
+        };
+        id.and_then(|id| conns.by_id.get(&id).map(|c| c.writer.clone()))
+    };
+    match existing {
+        Some(writer) => writer.try_send(payload).map_err(|_| {
+            inner.stats.tcp_queue_full.fetch_add(1, Ordering::Relaxed);
+            SendError::QueueFull
+        }),
+        None => connect(inner, flow, payload),
+    }
+}
+
+/// Opens a connection in the background; the payload waits in its queue.
+fn connect(inner: &Inner, flow: Flow, payload: Bytes) -> Result<(), SendError> {
+    let Some(owner) = inner.self_arc() else {
+        return Err(SendError::NoListener(Transport::Tcp));
+    };
+    if !inner
+        .connections
+        .lock()
+        .admit(flow.remote.ip(), &inner.config)
+    {
+        inner.stats.tcp_refused.fetch_add(1, Ordering::Relaxed);
+        return Err(SendError::ConnectionLimit);
+    }
+    let id = inner.new_connection_id();
+    let (tx, rx) = mpsc::channel(inner.config.tcp_write_queue);
+    let _ = tx.try_send(payload);
+    register(inner, id, flow.remote, tx);
+    let listener = inner
+        .listeners
+        .iter()
+        .position(|l| l.protocol == crate::Protocol::Tcp)
+        .unwrap_or(0) as u16;
+    let flow = Flow {
+        transport: Transport::Tcp,
+        listener,
+        connection: id,
+        remote: flow.remote,
+    };
+    let task = tokio::spawn(async move {
+        let timeout = owner.config.tcp_connect_timeout;
+        match tokio::time::timeout(timeout, TcpStream::connect(flow.remote)).await {
+            Ok(Ok(stream)) => run_connection(owner, stream, rx, flow).await,
+            _ => {
+                tracing::debug!(remote = %flow.remote, "tcp connect failed");
+                unregister(&owner, id);
+                owner.sink.on_flow_closed(flow);
+            }
+        }
+    });
+    inner.track(task);
+    Ok(())
+}
