@@ -1,0 +1,103 @@
+use crate::ids::SessionId;
+use bytes::Bytes;
+use smallvec::SmallVec;
+
+/// A typed attribute value of a SIP or application session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttrValue {
+    Str(String),
+    Int(i64),
+    Bool(bool),
+    Bytes(Bytes),
+    /// A reference to another SIP session (resolve it with `Context::session_exists` or by ID).
+    Session(SessionId),
+}
+
+/// Attributes by name; sessions carry a handful, so a small vector beats a hash map.
+#[derive(Debug, Clone, Default)]
+pub struct Attributes {
+    entries: SmallVec<[(Box<str>, AttrValue); 4]>,
+}
+
+impl Attributes {
+    pub fn get(&self, name: &str) -> Option<&AttrValue> {
+        self.entries
+            .iter()
+            .find(|(n, _)| &**n == name)
+            .map(|(_, v)| v)
+    }
+
+    pub fn set(&mut self, name: &str, value: AttrValue) -> Option<AttrValue> {
+        match self.entries.iter_mut().find(|(n, _)| &**n == name) {
+            Some((_, v)) => Some(std::mem::replace(v, value)),
+            None => {
+                self.entries.push((name.into(), value));
+                None
+            }
+        }
+    }
+
+    pub fn remove(&mut self, name: &str) -> Option<AttrValue> {
+        let i = self.entries.iter().position(|(n, _)| &**n == name)?;
+        Some(self.entries.remove(i).1)
+    }
+
+    pub fn get_str(&self, name: &str) -> Option<&str> {
+        match self.get(name) {
+            Some(AttrValue::Str(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn get_int(&self, name: &str) -> Option<i64> {
+        match self.get(name) {
+            Some(AttrValue::Int(i)) => Some(*i),
+            _ => None,
+        }
+    }
+
+    pub fn get_bool(&self, name: &str) -> Option<bool> {
+        match self.get(name) {
+            Some(AttrValue::Bool(b)) => Some(*b),
+            _ => None,
+        }
+    }
+
+    pub fn get_session(&self, name: &str) -> Option<SessionId> {
+        match self.get(name) {
+            Some(AttrValue::Session(s)) => Some(*s),
+            _ => None,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &AttrValue)> {
+        self.entries.iter().map(|(n, v)| (&**n, v))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_access() {
+        let mut a = Attributes::default();
+        a.set("role", AttrValue::Str("Caller".into()));
+        a.set("n", AttrValue::Int(3));
+        a.set("peer", AttrValue::Session(SessionId(9)));
+        assert_eq!(a.get_str("role"), Some("Caller"));
+        assert_eq!(a.get_int("role"), None);
+        assert_eq!(a.set("n", AttrValue::Int(4)), Some(AttrValue::Int(3)));
+        assert_eq!(a.get_session("peer"), Some(SessionId(9)));
+        assert_eq!(a.remove("n"), Some(AttrValue::Int(4)));
+        assert_eq!(a.len(), 2);
+    }
+}

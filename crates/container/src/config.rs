@@ -1,0 +1,57 @@
+use crate::routing::RouteRule;
+use serde::Deserialize;
+use std::time::Duration;
+
+/// The container's part of the configuration (`[container]` and `[[route]]` in TOML).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ContainerConfig {
+    /// Executors (each owns the transactions and dialogs of the calls hashed to it);
+    /// 0 means one per CPU core.
+    pub executors: usize,
+    /// Messages waiting per executor; beyond it, requests are refused with 503.
+    pub queue_capacity: usize,
+    /// An application session with no activity for this long is invalidated.
+    #[serde(with = "humantime_serde")]
+    pub app_session_expiry: Duration,
+    /// Live application sessions; initial requests beyond it get 503.
+    pub max_app_sessions: usize,
+    /// Live transactions per executor.
+    pub max_transactions: usize,
+    /// Seed of the executors' random generators (IDs, tags, branches). Absent: from the OS.
+    /// Set it for reproducible runs; never share it, since session IDs must be unguessable.
+    pub seed: Option<u64>,
+    /// Host written in Via, Contact and Record-Route when a listener is bound to a wildcard
+    /// address.
+    pub advertised_host: Option<String>,
+    #[serde(with = "humantime_serde")]
+    pub t1: Duration,
+    #[serde(with = "humantime_serde")]
+    pub t2: Duration,
+    #[serde(with = "humantime_serde")]
+    pub t4: Duration,
+}
+
+impl Default for ContainerConfig {
+    fn default() -> Self {
+        ContainerConfig {
+            executors: 0,
+            queue_capacity: 16_384,
+            app_session_expiry: Duration::from_secs(300),
+            max_app_sessions: 1_000_000,
+            max_transactions: 500_000,
+            seed: None,
+            advertised_host: None,
+            t1: Duration::from_millis(500),
+            t2: Duration::from_secs(4),
+            t4: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Everything the container needs to start.
+#[derive(Debug, Clone, Default)]
+pub struct ContainerSettings {
+    pub container: ContainerConfig,
+    pub routes: Vec<RouteRule>,
+}

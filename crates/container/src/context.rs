@@ -1,0 +1,535 @@
+//! The service's view of the container during one event: send, answer, create sessions,
+//! arm timers. Time and identifiers come from here, never from the system, so an executor
+//! replayed with the same inputs makes the same decisions.
+
+use crate::core::{ClientOwner, CoreState, ServerOwner};
+use crate::ids::{AppSessionId, SessionId, TimerId};
+use crate::locals::{Destination, LocalListener};
+use crate::proxy::ProxyOptions;
+use crate::service::{Request, ServiceId};
+use crate::session::{AppSession, Dialog, LegRole, SessionState, SipSession};
+use crate::store::SessionCell;
+use crate::timers::TimerEntry;
+use crate::{executor_for, ContainerError};
+use bytes::Bytes;
+use smallvec::SmallVec;
+use std::time::{Duration, Instant};
+use tandem_sip::{
+    Flow, HeaderName, Message, MessageWriter, Method, NameAddr, ResponseBuilder, Transport,
+};
+
+pub struct Context<'a> {
+    st: &'a mut CoreState,
+    now: Instant,
+    service: ServiceId,
+}
+
+impl<'a> Context<'a> {
+    pub(crate) fn new(st: &'a mut CoreState, now: Instant, service: ServiceId) -> Self {
+        Context { st, now, service }
+    }
+
+    /// The time of the event being handled.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
+    pub fn executor(&self) -> u16 {
+        self.st.executor
+    }
+
+    pub fn random_u64(&mut self) -> u64 {
+        self.st.ids.u64()
+    }
+
+    // ----- responses -----
+
+    pub fn respond(&mut self, req: &Request<'_>, status: u16) {
+        self.respond_with(req, status, &[], None);
+    }
+
+    /// Answers `req` on its transaction with extra headers and an optional `(type, body)`.
+    /// Inside a dialog the To tag is the dialog's; otherwise a fresh one.
+    pub fn respond_with(
+        &mut self,
+        req: &Request<'_>,
+        status: u16,
+        headers: &[(&str, &str)],
+        body: Option<(&str, &[u8])>,
+    ) {
+        let Some(tx) = req.tx else { return };
+        self.st
+            .reply_with(self.now, tx, req.msg, status, headers, body);
+    }
+
+    // ----- sessions -----
+
+    pub fn create_app_session(&mut self) -> AppSessionId {
+        let id = AppSessionId(self.st.ids.u128());
+        let expires_at = self.now + self.st.config.app_session_expiry;
+        self.st.store.insert_app(AppSession {
+            id,
+            service: self.service,
+            home: self.st.executor,
+            sessions: SmallVec::new(),
+            attributes: Default::default(),
+            timers: SmallVec::new(),
+            expires_at,
+        });
+        self.st.expiry.push(std::cmp::Reverse((expires_at, id)));
+        id
+    }
+
+    /// Accepts an initial INVITE as a UAS: creates the SIP session (and an application
+    /// session unless `app` is given), answers 200 OK with our Contact and `body`, and
+    /// retransmits the 200 until the ACK arrives (then the session is `Confirmed`).
+    pub fn answer(
+        &mut self,
+        req: &Request<'_>,
+        app: Option<AppSessionId>,
+        body: Option<(&str, &[u8])>,
+    ) -> Result<SessionId, ContainerError> {
+        let msg = req.msg;
+        let tx = req.tx.ok_or(ContainerError::NotAnInvite)?;
+        if msg.method() != Some(&Method::Invite) || req.session.is_some() {
+            return Err(ContainerError::NotAnInvite);
+        }
+        let listener = self.listener_for_flow(req.flow)?;
+        let app = match app {
+            Some(a) => a,
+            None => self.create_app_session(),
+        };
+        let id = SessionId(self.st.ids.u128());
+        let local_tag = self.st.ids.tag();
+        let dialog = uas_dialog(msg, &local_tag, req.flow);
+        let contact = contact_value(&listener);
+        let mut b = ResponseBuilder::new(msg, 200, "OK", Some(&local_tag));
+        b.writer().header("Contact", &contact);
+        b.writer().copy_headers_named(msg, HeaderName::RecordRoute);
+        let bytes = match body {
+            Some((ct, body)) => b.body(ct, body),
+            None => b.finish(),
+        };
+        self.register_session(SipSession {
+            id,
+            app,
+            service: self.service,
+            home: self.st.executor,
+            role: LegRole::Uas,
+            state: SessionState::Early,
+            dialog,
+            attributes: Default::default(),
+            invite_tx: Some(tx),
+            answered: true,
+        })?;
+        self.st.server_owner.insert(tx, ServerOwner::Session(id));
+        self.st
+            .metrics
+            .message_out(Some(&Method::Invite), Some(200), req.flow.transport);
+        self.st.layer.respond(self.now, tx, 200, bytes, true);
+        Ok(id)
+    }
+
+    /// Creates a UAC leg: a SIP session for a dialog this service starts (B2BUA legs, a
+    /// media-service leg). Send its INVITE with [`Self::send_invite`].
+    pub fn create_uac_session(
+        &mut self,
+        app: AppSessionId,
+        from_uri: &str,
+        to_uri: &str,
+        target: Destination,
+    ) -> Result<SessionId, ContainerError> {
+        let listener = self
+            .st
+            .locals
+            .for_transport(target.transport)
+            .cloned()
+            .ok_or(ContainerError::NoListener)?;
+        let call_id = self.local_call_id();
+        let local_tag = self.st.ids.tag();
+        let dialog = Dialog {
+            call_id: call_id.into(),
+            local_party: format!("<{from_uri}>;tag={local_tag}").into(),
+            local_tag: local_tag.into(),
+            remote_tag: "".into(),
+            remote_party: format!("<{to_uri}>").into(),
+            remote_target: to_uri.into(),
+            route_set: Vec::new(),
+            local_seq: 0,
+            remote_seq: 0,
+            flow: Flow {
+                transport: target.transport,
+                listener: listener.index,
+                connection: 0,
+                remote: target.addr,
+            },
+        };
+        let id = SessionId(self.st.ids.u128());
+        self.register_session(SipSession {
+            id,
+            app,
+            service: self.service,
+            home: self.st.executor,
+            role: LegRole::Uac,
+            state: SessionState::Early,
+            dialog,
+            attributes: Default::default(),
+            invite_tx: None,
+            answered: false,
+        })?;
+        Ok(id)
+    }
+
+    /// A Call-ID that hashes to this executor, so the dialog's messages come back here.
+    fn local_call_id(&mut self) -> String {
+        loop {
+            let candidate = format!("{:032x}@tandem", self.st.ids.u128());
+            if executor_for(&candidate, self.st.executors) == self.st.executor {
+                return candidate;
+            }
+        }
+    }
+
+    fn register_session(&mut self, session: SipSession) -> Result<(), ContainerError> {
+        let app = self
+            .st
+            .store
+            .app_session(session.app)
+            .ok_or(ContainerError::NoSuchApp)?;
+        app.lock().sessions.push(session.id);
+        self.st
+            .dialogs
+            .insert(session.dialog.local_tag.clone(), session.id);
+        self.st.store.insert_session(session);
+        Ok(())
+    }
+
+    /// Resolves a session ID (e.g. one received in a message body) to a live session.
+    pub fn session(&self, id: SessionId) -> Option<SessionCell> {
+        self.st.store.session(id)
+    }
+
+    /// Runs `f` with the session locked. Do not lock the same session again inside `f`
+    /// (use the `_on` variants that take the session).
+    pub fn with_session<R>(
+        &mut self,
+        id: SessionId,
+        f: impl FnOnce(&mut Context<'_>, &mut SipSession) -> R,
+    ) -> Option<R> {
+        let cell = self.st.store.session(id)?;
+        let mut guard = cell.lock();
+        Some(f(self, &mut guard))
+    }
+
+    pub fn with_app<R>(
+        &mut self,
+        id: AppSessionId,
+        f: impl FnOnce(&mut AppSession) -> R,
+    ) -> Option<R> {
+        let cell = self.st.store.app_session(id)?;
+        let mut guard = cell.lock();
+        Some(f(&mut guard))
+    }
+
+    /// Ends the dialog with BYE (the session is `Terminated` at once).
+    pub fn send_bye(&mut self, id: SessionId) -> Result<(), ContainerError> {
+        let cell = self
+            .st
+            .store
+            .session(id)
+            .ok_or(ContainerError::NoSuchSession)?;
+        let mut s = cell.lock();
+        self.send_bye_on(&mut s)
+    }
+
+    pub fn send_bye_on(&mut self, session: &mut SipSession) -> Result<(), ContainerError> {
+        if session.state == SessionState::Terminated {
+            return Err(ContainerError::Terminated);
+        }
+        let result = self.send_in_dialog(session, Method::Bye, None);
+        session.state = SessionState::Terminated;
+        result
+    }
+
+    /// Sends the INVITE of a UAC leg made by [`Self::create_uac_session`].
+    pub fn send_invite(
+        &mut self,
+        id: SessionId,
+        body: Option<(&str, &[u8])>,
+    ) -> Result<(), ContainerError> {
+        let cell = self
+            .st
+            .store
+            .session(id)
+            .ok_or(ContainerError::NoSuchSession)?;
+        let mut s = cell.lock();
+        self.send_in_dialog(&mut s, Method::Invite, body)
+    }
+
+    /// Sends a request inside the session's dialog (BYE, INFO, MESSAGE, re-INVITE, ...);
+    /// the response comes to the service's `on_response`.
+    pub fn send_in_dialog(
+        &mut self,
+        session: &mut SipSession,
+        method: Method,
+        body: Option<(&str, &[u8])>,
+    ) -> Result<(), ContainerError> {
+        let d = &mut session.dialog;
+        let target_text = d.route_set.first().map(|r| r.to_string());
+        let dest = match &target_text {
+            Some(route) => NameAddr::parse(route)
+                .and_then(|n| n.uri())
+                .and_then(|u| Destination::from_uri(&u)),
+            None => {
+                tandem_sip::Uri::parse(&d.remote_target).and_then(|u| Destination::from_uri(&u))
+            }
+        }
+        .ok_or(ContainerError::Unroutable)?;
+        let listener = self
+            .st
+            .locals
+            .for_transport(dest.transport)
+            .cloned()
+            .ok_or(ContainerError::NoListener)?;
+        let reuse = dest.transport == d.flow.transport && dest.transport != Transport::Udp;
+        let flow = Flow {
+            transport: dest.transport,
+            listener: listener.index,
+            connection: if reuse { d.flow.connection } else { 0 },
+            remote: dest.addr,
+        };
+        d.local_seq += 1;
+        let branch = self.st.ids.branch();
+        let mut w = MessageWriter::with_capacity(768).request_line(&method, &d.remote_target);
+        w.header_parts(
+            "Via",
+            &[
+                "SIP/2.0/",
+                dest.transport.as_str(),
+                " ",
+                &listener.host_port,
+                ";branch=",
+                &branch,
+            ],
+        );
+        w.header_u32("Max-Forwards", 70);
+        for route in &d.route_set {
+            w.header("Route", route);
+        }
+        w.header("From", &d.local_party);
+        w.header("To", &d.remote_party);
+        w.header("Call-ID", &d.call_id);
+        w.header_parts(
+            "CSeq",
+            &[
+                itoa::Buffer::new().format(d.local_seq),
+                " ",
+                method.as_str(),
+            ],
+        );
+        if matches!(method, Method::Invite | Method::Update) {
+            w.header("Contact", &contact_value(&listener));
+        }
+        let bytes = match body {
+            Some((ct, b)) => w.finish_with_body(Some(ct), b),
+            None => w.finish(),
+        };
+        self.st
+            .metrics
+            .message_out(Some(&method), None, dest.transport);
+        let tx = self
+            .st
+            .layer
+            .send_request(self.now, method, &branch, bytes, flow);
+        self.st
+            .client_owner
+            .insert(tx, ClientOwner::Session(session.id));
+        Ok(())
+    }
+
+    /// Removes the application session, its SIP sessions and timers.
+    pub fn invalidate(&mut self, app: AppSessionId) {
+        self.st.invalidate(app);
+    }
+
+    // ----- timers -----
+
+    pub fn set_timer(
+        &mut self,
+        app: AppSessionId,
+        delay: Duration,
+        name: &'static str,
+    ) -> Result<TimerId, ContainerError> {
+        self.arm(app, delay, None, name)
+    }
+
+    pub fn set_periodic_timer(
+        &mut self,
+        app: AppSessionId,
+        period: Duration,
+        name: &'static str,
+    ) -> Result<TimerId, ContainerError> {
+        self.arm(
+            app,
+            period,
+            Some(period.max(Duration::from_millis(1))),
+            name,
+        )
+    }
+
+    fn arm(
+        &mut self,
+        app: AppSessionId,
+        delay: Duration,
+        period: Option<Duration>,
+        name: &'static str,
+    ) -> Result<TimerId, ContainerError> {
+        let cell = self
+            .st
+            .store
+            .app_session(app)
+            .ok_or(ContainerError::NoSuchApp)?;
+        let id = self.st.timers.arm(
+            self.now + delay,
+            TimerEntry {
+                app,
+                service: self.service,
+                name,
+                period,
+            },
+        );
+        cell.lock().timers.push(id);
+        Ok(id)
+    }
+
+    pub fn cancel_timer(&mut self, app: AppSessionId, timer: TimerId) -> bool {
+        if let Some(cell) = self.st.store.app_session(app) {
+            cell.lock().timers.retain(|t| *t != timer);
+        }
+        self.st.timers.cancel(timer)
+    }
+
+    /// Keeps the application session alive for at least `after` from now.
+    pub fn set_expiry(&mut self, app: AppSessionId, after: Duration) {
+        let at = self.now + after;
+        if let Some(cell) = self.st.store.app_session(app) {
+            cell.lock().expires_at = at;
+            self.st.expiry.push(std::cmp::Reverse((at, app)));
+        }
+    }
+
+    // ----- proxying -----
+
+    /// Forwards the request statefully (ACK statelessly); responses are relayed upstream
+    /// by the container.
+    pub fn proxy(
+        &mut self,
+        req: &Request<'_>,
+        options: ProxyOptions,
+    ) -> Result<(), ContainerError> {
+        self.st.proxy_request(self.now, req, self.service, options)
+    }
+
+    fn listener_for_flow(&self, flow: Flow) -> Result<LocalListener, ContainerError> {
+        self.st
+            .locals
+            .by_index(flow.listener)
+            .filter(|l| l.transport == flow.transport)
+            .or_else(|| self.st.locals.for_transport(flow.transport))
+            .cloned()
+            .ok_or(ContainerError::NoListener)
+    }
+}
+
+fn contact_value(listener: &LocalListener) -> String {
+    format!(
+        "<sip:{};transport={}>",
+        listener.host_port,
+        listener.transport.as_str().to_ascii_lowercase()
+    )
+}
+
+/// Dialog state of a UAS from the INVITE (RFC 3261 §12.1.1).
+fn uas_dialog(msg: &Message, local_tag: &str, flow: Flow) -> Dialog {
+    let remote_target = msg
+        .contact()
+        .map(|c| c.uri_text)
+        .or_else(|| msg.from_addr().map(|f| f.uri_text))
+        .unwrap_or("");
+    Dialog {
+        call_id: msg.call_id().into(),
+        local_tag: local_tag.into(),
+        remote_tag: msg.from_tag().unwrap_or("").into(),
+        local_party: format!("{};tag={local_tag}", msg.to_value()).into(),
+        remote_party: msg.from_value().into(),
+        remote_target: remote_target.into(),
+        route_set: msg.record_route_values().map(|(_, v)| v.into()).collect(),
+        local_seq: 0,
+        remote_seq: msg.cseq().map_or(0, |c| c.seq),
+        flow,
+    }
+}
+
+impl CoreState {
+    /// RFC 3261 §12.1.2: a 2xx to our INVITE fixes the dialog; ACK it at once.
+    pub(crate) fn confirm_uac_dialog(&mut self, s: &mut SipSession, msg: &Message) {
+        let d = &mut s.dialog;
+        if s.state == SessionState::Early {
+            d.remote_tag = msg.to_tag().unwrap_or("").into();
+            d.remote_party = msg.to_value().into();
+            if let Some(c) = msg.contact() {
+                d.remote_target = c.uri_text.into();
+            }
+            let mut routes: Vec<Box<str>> =
+                msg.record_route_values().map(|(_, v)| v.into()).collect();
+            routes.reverse();
+            d.route_set = routes;
+            s.state = SessionState::Confirmed;
+        }
+        let seq = msg.cseq().map_or(0, |c| c.seq);
+        if let Some((ack, flow)) = ack_for_2xx(self, d, seq) {
+            self.metrics
+                .message_out(Some(&Method::Ack), None, flow.transport);
+            self.layer.send_stateless(ack, flow);
+        }
+    }
+}
+
+fn ack_for_2xx(st: &mut CoreState, d: &Dialog, seq: u32) -> Option<(Bytes, Flow)> {
+    let dest = match d.route_set.first() {
+        Some(route) => NameAddr::parse(route)
+            .and_then(|n| n.uri())
+            .and_then(|u| Destination::from_uri(&u)),
+        None => tandem_sip::Uri::parse(&d.remote_target).and_then(|u| Destination::from_uri(&u)),
+    }?;
+    let listener = st.locals.for_transport(dest.transport)?.clone();
+    let reuse = dest.transport == d.flow.transport && dest.transport != Transport::Udp;
+    let flow = Flow {
+        transport: dest.transport,
+        listener: listener.index,
+        connection: if reuse { d.flow.connection } else { 0 },
+        remote: dest.addr,
+    };
+    let branch = st.ids.branch();
+    let mut w = MessageWriter::with_capacity(512).request_line(&Method::Ack, &d.remote_target);
+    w.header_parts(
+        "Via",
+        &[
+            "SIP/2.0/",
+            dest.transport.as_str(),
+            " ",
+            &listener.host_port,
+            ";branch=",
+            &branch,
+        ],
+    );
+    w.header_u32("Max-Forwards", 70);
+    for route in &d.route_set {
+        w.header("Route", route);
+    }
+    w.header("From", &d.local_party);
+    w.header("To", &d.remote_party);
+    w.header("Call-ID", &d.call_id);
+    w.header_parts("CSeq", &[itoa::Buffer::new().format(seq), " ACK"]);
+    Some((w.finish(), flow))
+}

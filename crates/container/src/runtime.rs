@@ -1,0 +1,257 @@
+//! The async side: executors on tokio tasks, each fed by a bounded queue, and the dispatcher
+//! that the transports hand received messages to.
+
+use crate::config::ContainerSettings;
+use crate::core::{Core, CoreParts, Services};
+use crate::executor_for;
+use crate::ids::IdSource;
+use crate::locals::Locals;
+use crate::metrics::{Drop as DropReason, Metrics};
+use crate::service::Service;
+use crate::store::SessionStore;
+use rand::{RngCore, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use tandem_sip::{Flow, Message, Method, ParseError, ResponseBuilder};
+use tandem_transport::{ListenSpec, Protocol, Sink, TransportConfig, Transports};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+enum Input {
+    Message(Message, Flow),
+    FlowClosed(Flow),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen: {0}")]
+    Bind(#[from] std::io::Error),
+    #[error("route names unknown service {0:?}")]
+    UnknownService(String),
+    #[error("no listener given")]
+    NoListener,
+}
+
+/// A running container.
+pub struct Container {
+    store: Arc<SessionStore>,
+    metrics: Arc<Metrics>,
+    transports: Transports,
+    executors: Vec<JoinHandle<()>>,
+    inboxes: Vec<mpsc::Sender<Input>>,
+    services: Arc<Services>,
+}
+
+struct Dispatcher {
+    inboxes: Vec<mpsc::Sender<Input>>,
+    metrics: Arc<Metrics>,
+    transports: OnceLock<Transports>,
+}
+
+impl Sink for Dispatcher {
+    fn on_message(&self, msg: Message, flow: Flow) {
+        let executor = executor_for(msg.call_id(), self.inboxes.len() as u16) as usize;
+        let Err(err) = self.inboxes[executor].try_send(Input::Message(msg, flow)) else {
+            return;
+        };
+        self.metrics.dropped(DropReason::Overload);
+        let (mpsc::error::TrySendError::Full(Input::Message(msg, flow))
+        | mpsc::error::TrySendError::Closed(Input::Message(msg, flow))) = err
+        else {
+            return;
+        };
+        // Overload: refuse at once rather than queue without bound (RFC 3261 §21.5.4).
+        if msg.is_request() && msg.method() != Some(&Method::Ack) && msg.defect().is_none() {
+            if let Some(t) = self.transports.get() {
+                let tag = format!("{:016x}", rand::thread_rng().next_u64());
+                let response = ResponseBuilder::new(&msg, 503, "Service Unavailable", Some(&tag))
+                    .header("Retry-After", "1")
+                    .finish();
+                self.metrics
+                    .message_out(msg.method(), Some(503), flow.transport);
+                let _ = t.send(flow, response);
+            }
+        }
+    }
+
+    fn on_parse_error(&self, error: ParseError, flow: Flow) {
+        tracing::debug!(%error, remote = %flow.remote, "unparseable input");
+        self.metrics.parse_error(false);
+    }
+
+    fn on_flow_closed(&self, flow: Flow) {
+        for inbox in &self.inboxes {
+            let _ = inbox.try_send(Input::FlowClosed(flow));
+        }
+    }
+}
+
+impl Container {
+    /// Binds the listeners and starts one executor per configured core.
+    pub async fn start(
+        settings: ContainerSettings,
+        services: Vec<(String, Arc<dyn Service>)>,
+        listen: &[ListenSpec],
+        transport: TransportConfig,
+    ) -> Result<Container, StartError> {
+        if listen.is_empty() {
+            return Err(StartError::NoListener);
+        }
+        let services = Arc::new(Services::new(services));
+        if let Some(rule) = settings
+            .routes
+            .iter()
+            .find(|r| services.id(&r.service).is_none())
+        {
+            return Err(StartError::UnknownService(rule.service.clone()));
+        }
+        let config = Arc::new(settings.container.clone());
+        let executors = match config.executors {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
+        .min(u16::MAX as usize);
+        let metrics = Arc::new(Metrics::new(executors));
+        let store = Arc::new(SessionStore::default());
+        let (senders, receivers): (Vec<_>, Vec<_>) = (0..executors)
+            .map(|_| mpsc::channel(config.queue_capacity.max(1)))
+            .unzip();
+        let dispatcher = Arc::new(Dispatcher {
+            inboxes: senders.clone(),
+            metrics: metrics.clone(),
+            transports: OnceLock::new(),
+        });
+        let transports = Transports::bind(listen, transport, dispatcher.clone()).await?;
+        let _ = dispatcher.transports.set(transports.clone());
+        let bound: Vec<_> = transports
+            .local_addrs()
+            .into_iter()
+            .map(|(p, a)| (p.transport(), a))
+            .collect();
+        let locals = Arc::new(Locals::new(&bound, config.advertised_host.as_deref()));
+        let routes = Arc::new(settings.routes.clone());
+        let root_seed = config.seed.unwrap_or_else(|| rand::rngs::OsRng.next_u64());
+        let mut tasks = Vec::new();
+        for (index, rx) in receivers.into_iter().enumerate() {
+            let mut rng = ChaCha20Rng::seed_from_u64(root_seed);
+            rng.set_stream(index as u64);
+            let core = Core::new(CoreParts {
+                executor: index as u16,
+                executors: executors as u16,
+                config: config.clone(),
+                routes: routes.clone(),
+                store: store.clone(),
+                metrics: metrics.clone(),
+                locals: locals.clone(),
+                services: services.clone(),
+                ids: IdSource::new(rng),
+            });
+            tasks.push(tokio::spawn(run_executor(core, rx, transports.clone())));
+        }
+        Ok(Container {
+            store,
+            metrics,
+            transports,
+            executors: tasks,
+            inboxes: senders,
+            services,
+        })
+    }
+
+    pub fn local_addrs(&self) -> Vec<(Protocol, std::net::SocketAddr)> {
+        self.transports.local_addrs()
+    }
+
+    pub fn store(&self) -> &Arc<SessionStore> {
+        &self.store
+    }
+
+    pub fn services(&self) -> &[String] {
+        self.services.names()
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn metrics_text(&self) -> String {
+        self.metrics.render(
+            self.store.live_sessions(),
+            self.store.live_app_sessions(),
+            self.transports.open_connections(),
+        )
+    }
+
+    /// Stops listening, lets executors finish what is queued, and stops them.
+    pub async fn shutdown(self) {
+        self.transports.shutdown();
+        drop(self.inboxes);
+        for task in self.executors {
+            if tokio::time::timeout(Duration::from_secs(2), task)
+                .await
+                .is_err()
+            {
+                tracing::warn!("executor did not stop in time");
+            }
+        }
+    }
+}
+
+/// How many queued inputs an executor handles before it flushes and checks its timers.
+const BATCH: usize = 64;
+
+async fn run_executor(mut core: Core, mut rx: mpsc::Receiver<Input>, transports: Transports) {
+    let far = || tokio::time::Instant::now() + Duration::from_secs(3600);
+    let sleep = tokio::time::sleep_until(far());
+    tokio::pin!(sleep);
+    let mut last_publish = Instant::now();
+    loop {
+        let deadline = core.next_deadline();
+        sleep
+            .as_mut()
+            .reset(deadline.map_or_else(far, tokio::time::Instant::from_std));
+        tokio::select! {
+            biased;
+            input = rx.recv() => {
+                let Some(input) = input else { break };
+                let now = Instant::now();
+                handle(&mut core, now, input);
+                for _ in 1..BATCH {
+                    match rx.try_recv() {
+                        Ok(input) => handle(&mut core, now, input),
+                        Err(_) => break,
+                    }
+                }
+                // Under sustained load the queue never empties: fire due timers here too.
+                if core.next_deadline().is_some_and(|d| d <= now) {
+                    core.on_timeout(now);
+                }
+                flush(&mut core, &transports, now);
+            }
+            _ = &mut sleep, if deadline.is_some() => {
+                let now = Instant::now();
+                core.on_timeout(now);
+                flush(&mut core, &transports, now);
+            }
+        }
+        if last_publish.elapsed() >= Duration::from_millis(250) {
+            core.publish_stats();
+            last_publish = Instant::now();
+        }
+    }
+    core.publish_stats();
+}
+
+fn handle(core: &mut Core, now: Instant, input: Input) {
+    match input {
+        Input::Message(msg, flow) => core.on_message(now, msg, flow),
+        Input::FlowClosed(flow) => core.on_flow_closed(now, flow),
+    }
+}
+
+fn flush(core: &mut Core, transports: &Transports, now: Instant) {
+    while let Some(t) = core.poll_transmit() {
+        if let Err(e) = transports.send(t.flow, t.payload) {
+            tracing::debug!(error = %e, remote = %t.flow.remote, "send failed");
+            core.on_send_failed(now, t.flow);
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! SIP sessions (one per dialog leg) and application sessions (one per service execution).
+
+use crate::attributes::Attributes;
+use crate::ids::{AppSessionId, SessionId, TimerId};
+use crate::ServiceId;
+use smallvec::SmallVec;
+use std::time::Instant;
+use tandem_sip::Flow;
+use tandem_transaction::ServerTxId;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionState {
+    /// Dialog being set up (INVITE sent or received, no final answer yet or not acknowledged).
+    Early,
+    /// Answered and acknowledged.
+    Confirmed,
+    /// BYE sent or received, or failed.
+    Terminated,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LegRole {
+    /// The remote party called us.
+    Uas,
+    /// We called the remote party.
+    Uac,
+}
+
+/// Dialog state (RFC 3261 §12): what is needed to send requests inside the dialog.
+#[derive(Debug, Clone)]
+pub struct Dialog {
+    pub call_id: Box<str>,
+    pub local_tag: Box<str>,
+    pub remote_tag: Box<str>,
+    /// Our From/To header value (with our tag).
+    pub local_party: Box<str>,
+    /// The remote From/To header value (with its tag).
+    pub remote_party: Box<str>,
+    /// Where in-dialog requests go (the remote Contact URI).
+    pub remote_target: Box<str>,
+    /// Route set, in the order used for requests we send.
+    pub route_set: Vec<Box<str>>,
+    pub local_seq: u32,
+    pub remote_seq: u32,
+    /// The flow the dialog was set up on (reused for connection transports).
+    pub flow: Flow,
+}
+
+/// A SIP session: one dialog leg, with attributes.
+#[derive(Debug)]
+pub struct SipSession {
+    pub id: SessionId,
+    pub app: AppSessionId,
+    pub service: ServiceId,
+    /// The executor that owns the dialog's transactions.
+    pub home: u16,
+    pub role: LegRole,
+    pub state: SessionState,
+    pub dialog: Dialog,
+    pub attributes: Attributes,
+    /// UAS: the INVITE server transaction until the dialog is confirmed.
+    pub(crate) invite_tx: Option<ServerTxId>,
+    /// UAS: a final response was sent on `invite_tx`.
+    pub(crate) answered: bool,
+}
+
+impl SipSession {
+    pub fn is_terminated(&self) -> bool {
+        self.state == SessionState::Terminated
+    }
+}
+
+/// An application session: the SIP sessions, attributes and timers of one service execution.
+#[derive(Debug)]
+pub struct AppSession {
+    pub id: AppSessionId,
+    pub service: ServiceId,
+    pub home: u16,
+    pub sessions: SmallVec<[SessionId; 2]>,
+    pub attributes: Attributes,
+    pub(crate) timers: SmallVec<[TimerId; 2]>,
+    /// Reclaimed (invalidated) when this passes without activity being recorded.
+    pub expires_at: Instant,
+}

@@ -1,0 +1,9 @@
+//! Built-in services. Each is a plain [`tandem_container::Service`]: business logic only, the
+//! container does the SIP plumbing.
+#![forbid(unsafe_code)]
+
+pub mod proxy;
+pub mod uas;
+
+pub use proxy::{Proxy, ProxyConfig};
+pub use uas::{Uas, UasConfig};

@@ -1,0 +1,180 @@
+//! The configuration file: TOML, an embedded default, `--set` overrides.
+
+use anyhow::{bail, Context as _, Result};
+use serde::Deserialize;
+use std::time::Duration;
+use tandem_container::{ContainerConfig, RouteRule};
+use tandem_services::{ProxyConfig, UasConfig};
+use tandem_transport::{ListenSpec, TransportConfig};
+
+pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub server: ServerSection,
+    #[serde(default)]
+    pub container: ContainerConfig,
+    #[serde(default)]
+    pub transport: TransportSection,
+    #[serde(default)]
+    pub uas: UasConfig,
+    #[serde(default)]
+    pub proxy: ProxyConfig,
+    #[serde(default, rename = "route")]
+    pub routes: Vec<RouteRule>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    pub listen: Vec<String>,
+    pub admin: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TransportSection {
+    pub max_message_bytes: usize,
+    pub max_headers: usize,
+    pub tcp_max_connections: usize,
+    pub tcp_max_connections_per_peer: usize,
+    #[serde(with = "humantime_serde")]
+    pub tcp_idle_timeout: Duration,
+    pub udp_readers: usize,
+}
+
+impl Default for TransportSection {
+    fn default() -> Self {
+        let d = TransportConfig::default();
+        TransportSection {
+            max_message_bytes: d.max_message_bytes,
+            max_headers: d.max_headers,
+            tcp_max_connections: d.tcp_max_connections,
+            tcp_max_connections_per_peer: d.tcp_max_connections_per_peer,
+            tcp_idle_timeout: d.tcp_idle_timeout,
+            udp_readers: d.udp_readers,
+        }
+    }
+}
+
+impl TransportSection {
+    pub fn to_config(&self) -> TransportConfig {
+        TransportConfig {
+            max_message_bytes: self.max_message_bytes.min(tandem_sip::MAX_MESSAGE_BYTES),
+            max_headers: self.max_headers,
+            tcp_max_connections: self.tcp_max_connections,
+            tcp_max_connections_per_peer: self.tcp_max_connections_per_peer,
+            tcp_idle_timeout: self.tcp_idle_timeout,
+            udp_readers: self.udp_readers,
+            ..TransportConfig::default()
+        }
+    }
+}
+
+impl Config {
+    /// Reads the file (or the embedded default), applies `--set KEY=VALUE` overrides, checks.
+    pub fn load(file: Option<&std::path::Path>, sets: &[String]) -> Result<Config> {
+        let text = match file {
+            Some(path) => std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?,
+            None => DEFAULT_CONFIG.to_string(),
+        };
+        let mut value: toml::Table = text.parse().with_context(|| {
+            format!(
+                "parsing {}",
+                file.map_or("the default configuration".into(), |p| p
+                    .display()
+                    .to_string())
+            )
+        })?;
+        for set in sets {
+            apply_set(&mut value, set)?;
+        }
+        let config: Config = toml::Value::Table(value)
+            .try_into()
+            .context("invalid configuration")?;
+        config.listen_specs()?;
+        Ok(config)
+    }
+
+    pub fn listen_specs(&self) -> Result<Vec<ListenSpec>> {
+        self.server
+            .listen
+            .iter()
+            .map(|s| {
+                s.parse::<ListenSpec>()
+                    .with_context(|| format!("server.listen entry {s:?}"))
+            })
+            .collect()
+    }
+}
+
+/// `a.b=value`: the value is read as TOML (number, boolean, array, ...), else as a string.
+fn apply_set(root: &mut toml::Table, set: &str) -> Result<()> {
+    let Some((path, raw)) = set.split_once('=') else {
+        bail!("--set expects KEY=VALUE, got {set:?}")
+    };
+    let value = format!("v = {raw}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.to_string()));
+    let mut parts: Vec<&str> = path.trim().split('.').collect();
+    let Some(last) = parts.pop().filter(|l| !l.is_empty()) else {
+        bail!("--set {set:?}: empty key")
+    };
+    let mut table = root;
+    for part in parts {
+        let entry = table
+            .entry(part.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        table = match entry {
+            toml::Value::Table(t) => t,
+            _ => bail!("--set {set:?}: {part} is not a section"),
+        };
+    }
+    table.insert(last.to_string(), value);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_configuration_loads() {
+        let c = Config::load(None, &[]).unwrap();
+        assert_eq!(c.listen_specs().unwrap().len(), 2);
+        assert_eq!(c.uas.hold, Duration::from_secs(180));
+        assert_eq!(c.routes, vec![RouteRule::catch_all("uas")]);
+    }
+
+    #[test]
+    fn set_overrides_typed_values() {
+        let sets = [
+            "uas.hold=2s",
+            "proxy.next_hop=tcp:127.0.0.1:5070",
+            "container.executors=3",
+            "transport.udp_readers=2",
+        ]
+        .map(String::from);
+        let c = Config::load(None, &sets).unwrap();
+        assert_eq!(c.uas.hold, Duration::from_secs(2));
+        assert_eq!(c.proxy.next_hop.as_deref(), Some("tcp:127.0.0.1:5070"));
+        assert_eq!(c.container.executors, 3);
+        assert_eq!(c.transport.udp_readers, 2);
+    }
+
+    #[test]
+    fn bad_input_is_explained() {
+        let err = Config::load(None, &["uas.hold=forever".into()]).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("invalid configuration"),
+            "{err:#}"
+        );
+        assert!(Config::load(None, &["server.listen=[\"sctp:1.2.3.4:5\"]".into()]).is_err());
+        assert!(Config::load(None, &["nokey".into()]).is_err());
+        assert!(Config::load(None, &["uas.colour=1".into()]).is_err());
+    }
+}

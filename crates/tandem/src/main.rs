@@ -1,0 +1,131 @@
+//! `tandem`: the SIP application server.
+#![forbid(unsafe_code)]
+
+mod admin;
+mod config;
+
+use anyhow::{Context as _, Result};
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::sync::Arc;
+use tandem_container::{Container, ContainerSettings, RouteRule, Service};
+use tandem_services::{Proxy, Uas};
+
+#[derive(Parser)]
+#[command(name = "tandem", version, about = "Tandem SIP application server")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server (no options: the embedded default configuration on 127.0.0.1:5060).
+    Run(RunArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// TOML configuration file (default: the embedded configuration).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Listen on PROTO:IP:PORT (udp or tcp); repeatable; replaces server.listen.
+    #[arg(long = "listen", value_name = "PROTO:IP:PORT")]
+    listen: Vec<String>,
+    /// Admin endpoint address (metrics, health); replaces server.admin.
+    #[arg(long, value_name = "IP:PORT")]
+    admin: Option<String>,
+    /// Route every initial request to this service (uas, proxy).
+    #[arg(long)]
+    service: Option<String>,
+    /// Override a configuration key, e.g. uas.hold=2s or proxy.next_hop=127.0.0.1:5070.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run(args) => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the runtime")?;
+            runtime.block_on(run(args))
+        }
+    }
+}
+
+async fn run(args: RunArgs) -> Result<()> {
+    let mut sets = args.set.clone();
+    if !args.listen.is_empty() {
+        let quoted: Vec<String> = args.listen.iter().map(|l| format!("{l:?}")).collect();
+        sets.push(format!("server.listen=[{}]", quoted.join(",")));
+    }
+    if let Some(admin) = &args.admin {
+        sets.push(format!("server.admin={admin:?}"));
+    }
+    let config = config::Config::load(args.config.as_deref(), &sets)?;
+    let routes = match &args.service {
+        Some(name) => vec![RouteRule::catch_all(name)],
+        None => config.routes.clone(),
+    };
+    let services: Vec<(String, Arc<dyn Service>)> = vec![
+        ("uas".to_string(), Arc::new(Uas::new(&config.uas))),
+        ("proxy".to_string(), Arc::new(Proxy::new(&config.proxy)?)),
+    ];
+    let settings = ContainerSettings {
+        container: config.container.clone(),
+        routes,
+    };
+    let listen = config.listen_specs()?;
+    let container = Arc::new(
+        Container::start(settings, services, &listen, config.transport.to_config()).await?,
+    );
+    for (protocol, addr) in container.local_addrs() {
+        println!("listening on {}:{addr}", protocol.as_str());
+    }
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let admin = match &config.server.admin {
+        Some(addr) => {
+            let addr = addr
+                .parse()
+                .with_context(|| format!("server.admin {addr:?} is not IP:PORT"))?;
+            let (local, task) = admin::serve(addr, container.clone(), stop_rx)
+                .await
+                .context("starting the admin endpoint")?;
+            println!("admin on http://{local}");
+            Some(task)
+        }
+        None => None,
+    };
+    println!("services: {}", container.services().join(", "));
+    wait_for_signal().await?;
+    tracing::info!("shutting down");
+    let _ = stop_tx.send(true);
+    if let Some(task) = admin {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), task).await;
+    }
+    match Arc::try_unwrap(container) {
+        Ok(container) => container.shutdown().await,
+        Err(_) => tracing::warn!("container still referenced at shutdown"),
+    }
+    Ok(())
+}
+
+async fn wait_for_signal() -> Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}
