@@ -68,3 +68,6 @@ pub fn executor_for(call_id: &str, executors: u16) -> u16 {
     });
     (hash % u64::from(executors)) as u16
 }
+
+#[cfg(test)]
+mod tests;
