@@ -21,10 +21,7 @@ pub struct Attributes {
 
 impl Attributes {
     pub fn get(&self, name: &str) -> Option<&AttrValue> {
-        self.entries
-            .iter()
-            .find(|(n, _)| &**n == name)
-            .map(|(_, v)| v)
+        self.entries.iter().find(|(n, _)| &**n == name).map(|(_, v)| v)
     }
 
     pub fn set(&mut self, name: &str, value: AttrValue) -> Option<AttrValue> {

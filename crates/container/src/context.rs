@@ -14,9 +14,7 @@ use crate::{executor_for, ContainerError};
 use bytes::Bytes;
 use smallvec::SmallVec;
 use std::time::{Duration, Instant};
-use tandem_sip::{
-    Flow, HeaderName, Message, MessageWriter, Method, NameAddr, ResponseBuilder, Transport,
-};
+use tandem_sip::{Flow, HeaderName, Message, MessageWriter, Method, NameAddr, ResponseBuilder, Transport};
 
 pub struct Context<'a> {
     st: &'a mut CoreState,
@@ -50,16 +48,9 @@ impl<'a> Context<'a> {
 
     /// Answers `req` on its transaction with extra headers and an optional `(type, body)`.
     /// Inside a dialog the To tag is the dialog's; otherwise a fresh one.
-    pub fn respond_with(
-        &mut self,
-        req: &Request<'_>,
-        status: u16,
-        headers: &[(&str, &str)],
-        body: Option<(&str, &[u8])>,
-    ) {
+    pub fn respond_with(&mut self, req: &Request<'_>, status: u16, headers: &[(&str, &str)], body: Option<(&str, &[u8])>) {
         let Some(tx) = req.tx else { return };
-        self.st
-            .reply_with(self.now, tx, req.msg, status, headers, body);
+        self.st.reply_with(self.now, tx, req.msg, status, headers, body);
     }
 
     // ----- sessions -----
@@ -123,9 +114,7 @@ impl<'a> Context<'a> {
             answered: true,
         })?;
         self.st.server_owner.insert(tx, ServerOwner::Session(id));
-        self.st
-            .metrics
-            .message_out(Some(&Method::Invite), Some(200), req.flow.transport);
+        self.st.metrics.message_out(Some(&Method::Invite), Some(200), req.flow.transport);
         self.st.layer.respond(self.now, tx, 200, bytes, true);
         Ok(id)
     }
@@ -139,12 +128,7 @@ impl<'a> Context<'a> {
         to_uri: &str,
         target: Destination,
     ) -> Result<SessionId, ContainerError> {
-        let listener = self
-            .st
-            .locals
-            .for_transport(target.transport)
-            .cloned()
-            .ok_or(ContainerError::NoListener)?;
+        let listener = self.st.locals.for_transport(target.transport).cloned().ok_or(ContainerError::NoListener)?;
         let call_id = self.local_call_id();
         let local_tag = self.st.ids.tag();
         let dialog = Dialog {
@@ -157,12 +141,7 @@ impl<'a> Context<'a> {
             route_set: Vec::new(),
             local_seq: 0,
             remote_seq: 0,
-            flow: Flow {
-                transport: target.transport,
-                listener: listener.index,
-                connection: 0,
-                remote: target.addr,
-            },
+            flow: Flow { transport: target.transport, listener: listener.index, connection: 0, remote: target.addr },
         };
         let id = SessionId(self.st.ids.u128());
         self.register_session(SipSession {
@@ -191,15 +170,9 @@ impl<'a> Context<'a> {
     }
 
     fn register_session(&mut self, session: SipSession) -> Result<(), ContainerError> {
-        let app = self
-            .st
-            .store
-            .app_session(session.app)
-            .ok_or(ContainerError::NoSuchApp)?;
+        let app = self.st.store.app_session(session.app).ok_or(ContainerError::NoSuchApp)?;
         app.lock().sessions.push(session.id);
-        self.st
-            .dialogs
-            .insert(session.dialog.local_tag.clone(), session.id);
+        self.st.dialogs.insert(session.dialog.local_tag.clone(), session.id);
         self.st.store.insert_session(session);
         Ok(())
     }
@@ -211,21 +184,13 @@ impl<'a> Context<'a> {
 
     /// Runs `f` with the session locked. Do not lock the same session again inside `f`
     /// (use the `_on` variants that take the session).
-    pub fn with_session<R>(
-        &mut self,
-        id: SessionId,
-        f: impl FnOnce(&mut Context<'_>, &mut SipSession) -> R,
-    ) -> Option<R> {
+    pub fn with_session<R>(&mut self, id: SessionId, f: impl FnOnce(&mut Context<'_>, &mut SipSession) -> R) -> Option<R> {
         let cell = self.st.store.session(id)?;
         let mut guard = cell.lock();
         Some(f(self, &mut guard))
     }
 
-    pub fn with_app<R>(
-        &mut self,
-        id: AppSessionId,
-        f: impl FnOnce(&mut AppSession) -> R,
-    ) -> Option<R> {
+    pub fn with_app<R>(&mut self, id: AppSessionId, f: impl FnOnce(&mut AppSession) -> R) -> Option<R> {
         let cell = self.st.store.app_session(id)?;
         let mut guard = cell.lock();
         Some(f(&mut guard))
@@ -233,11 +198,7 @@ impl<'a> Context<'a> {
 
     /// Ends the dialog with BYE (the session is `Terminated` at once).
     pub fn send_bye(&mut self, id: SessionId) -> Result<(), ContainerError> {
-        let cell = self
-            .st
-            .store
-            .session(id)
-            .ok_or(ContainerError::NoSuchSession)?;
+        let cell = self.st.store.session(id).ok_or(ContainerError::NoSuchSession)?;
         let mut s = cell.lock();
         self.send_bye_on(&mut s)
     }
@@ -252,45 +213,23 @@ impl<'a> Context<'a> {
     }
 
     /// Sends the INVITE of a UAC leg made by [`Self::create_uac_session`].
-    pub fn send_invite(
-        &mut self,
-        id: SessionId,
-        body: Option<(&str, &[u8])>,
-    ) -> Result<(), ContainerError> {
-        let cell = self
-            .st
-            .store
-            .session(id)
-            .ok_or(ContainerError::NoSuchSession)?;
+    pub fn send_invite(&mut self, id: SessionId, body: Option<(&str, &[u8])>) -> Result<(), ContainerError> {
+        let cell = self.st.store.session(id).ok_or(ContainerError::NoSuchSession)?;
         let mut s = cell.lock();
         self.send_in_dialog(&mut s, Method::Invite, body)
     }
 
     /// Sends a request inside the session's dialog (BYE, INFO, MESSAGE, re-INVITE, ...);
     /// the response comes to the service's `on_response`.
-    pub fn send_in_dialog(
-        &mut self,
-        session: &mut SipSession,
-        method: Method,
-        body: Option<(&str, &[u8])>,
-    ) -> Result<(), ContainerError> {
+    pub fn send_in_dialog(&mut self, session: &mut SipSession, method: Method, body: Option<(&str, &[u8])>) -> Result<(), ContainerError> {
         let d = &mut session.dialog;
         let target_text = d.route_set.first().map(|r| r.to_string());
         let dest = match &target_text {
-            Some(route) => NameAddr::parse(route)
-                .and_then(|n| n.uri())
-                .and_then(|u| Destination::from_uri(&u)),
-            None => {
-                tandem_sip::Uri::parse(&d.remote_target).and_then(|u| Destination::from_uri(&u))
-            }
+            Some(route) => NameAddr::parse(route).and_then(|n| n.uri()).and_then(|u| Destination::from_uri(&u)),
+            None => tandem_sip::Uri::parse(&d.remote_target).and_then(|u| Destination::from_uri(&u)),
         }
         .ok_or(ContainerError::Unroutable)?;
-        let listener = self
-            .st
-            .locals
-            .for_transport(dest.transport)
-            .cloned()
-            .ok_or(ContainerError::NoListener)?;
+        let listener = self.st.locals.for_transport(dest.transport).cloned().ok_or(ContainerError::NoListener)?;
         let reuse = dest.transport == d.flow.transport && dest.transport != Transport::Udp;
         let flow = Flow {
             transport: dest.transport,
@@ -301,17 +240,7 @@ impl<'a> Context<'a> {
         d.local_seq += 1;
         let branch = self.st.ids.branch();
         let mut w = MessageWriter::with_capacity(768).request_line(&method, &d.remote_target);
-        w.header_parts(
-            "Via",
-            &[
-                "SIP/2.0/",
-                dest.transport.as_str(),
-                " ",
-                &listener.host_port,
-                ";branch=",
-                &branch,
-            ],
-        );
+        w.header_parts("Via", &["SIP/2.0/", dest.transport.as_str(), " ", &listener.host_port, ";branch=", &branch]);
         w.header_u32("Max-Forwards", 70);
         for route in &d.route_set {
             w.header("Route", route);
@@ -319,14 +248,7 @@ impl<'a> Context<'a> {
         w.header("From", &d.local_party);
         w.header("To", &d.remote_party);
         w.header("Call-ID", &d.call_id);
-        w.header_parts(
-            "CSeq",
-            &[
-                itoa::Buffer::new().format(d.local_seq),
-                " ",
-                method.as_str(),
-            ],
-        );
+        w.header_parts("CSeq", &[itoa::Buffer::new().format(d.local_seq), " ", method.as_str()]);
         if matches!(method, Method::Invite | Method::Update) {
             w.header("Contact", &contact_value(&listener));
         }
@@ -334,16 +256,9 @@ impl<'a> Context<'a> {
             Some((ct, b)) => w.finish_with_body(Some(ct), b),
             None => w.finish(),
         };
-        self.st
-            .metrics
-            .message_out(Some(&method), None, dest.transport);
-        let tx = self
-            .st
-            .layer
-            .send_request(self.now, method, &branch, bytes, flow);
-        self.st
-            .client_owner
-            .insert(tx, ClientOwner::Session(session.id));
+        self.st.metrics.message_out(Some(&method), None, dest.transport);
+        let tx = self.st.layer.send_request(self.now, method, &branch, bytes, flow);
+        self.st.client_owner.insert(tx, ClientOwner::Session(session.id));
         Ok(())
     }
 
@@ -354,50 +269,17 @@ impl<'a> Context<'a> {
 
     // ----- timers -----
 
-    pub fn set_timer(
-        &mut self,
-        app: AppSessionId,
-        delay: Duration,
-        name: &'static str,
-    ) -> Result<TimerId, ContainerError> {
+    pub fn set_timer(&mut self, app: AppSessionId, delay: Duration, name: &'static str) -> Result<TimerId, ContainerError> {
         self.arm(app, delay, None, name)
     }
 
-    pub fn set_periodic_timer(
-        &mut self,
-        app: AppSessionId,
-        period: Duration,
-        name: &'static str,
-    ) -> Result<TimerId, ContainerError> {
-        self.arm(
-            app,
-            period,
-            Some(period.max(Duration::from_millis(1))),
-            name,
-        )
+    pub fn set_periodic_timer(&mut self, app: AppSessionId, period: Duration, name: &'static str) -> Result<TimerId, ContainerError> {
+        self.arm(app, period, Some(period.max(Duration::from_millis(1))), name)
     }
 
-    fn arm(
-        &mut self,
-        app: AppSessionId,
-        delay: Duration,
-        period: Option<Duration>,
-        name: &'static str,
-    ) -> Result<TimerId, ContainerError> {
-        let cell = self
-            .st
-            .store
-            .app_session(app)
-            .ok_or(ContainerError::NoSuchApp)?;
-        let id = self.st.timers.arm(
-            self.now + delay,
-            TimerEntry {
-                app,
-                service: self.service,
-                name,
-                period,
-            },
-        );
+    fn arm(&mut self, app: AppSessionId, delay: Duration, period: Option<Duration>, name: &'static str) -> Result<TimerId, ContainerError> {
+        let cell = self.st.store.app_session(app).ok_or(ContainerError::NoSuchApp)?;
+        let id = self.st.timers.arm(self.now + delay, TimerEntry { app, service: self.service, name, period });
         cell.lock().timers.push(id);
         Ok(id)
     }
@@ -422,11 +304,7 @@ impl<'a> Context<'a> {
 
     /// Forwards the request statefully (ACK statelessly); responses are relayed upstream
     /// by the container.
-    pub fn proxy(
-        &mut self,
-        req: &Request<'_>,
-        options: ProxyOptions,
-    ) -> Result<(), ContainerError> {
+    pub fn proxy(&mut self, req: &Request<'_>, options: ProxyOptions) -> Result<(), ContainerError> {
         self.st.proxy_request(self.now, req, self.service, options)
     }
 
@@ -442,20 +320,12 @@ impl<'a> Context<'a> {
 }
 
 fn contact_value(listener: &LocalListener) -> String {
-    format!(
-        "<sip:{};transport={}>",
-        listener.host_port,
-        listener.transport.as_str().to_ascii_lowercase()
-    )
+    format!("<sip:{};transport={}>", listener.host_port, listener.transport.as_str().to_ascii_lowercase())
 }
 
 /// Dialog state of a UAS from the INVITE (RFC 3261 §12.1.1).
 fn uas_dialog(msg: &Message, local_tag: &str, flow: Flow) -> Dialog {
-    let remote_target = msg
-        .contact()
-        .map(|c| c.uri_text)
-        .or_else(|| msg.from_addr().map(|f| f.uri_text))
-        .unwrap_or("");
+    let remote_target = msg.contact().map(|c| c.uri_text).or_else(|| msg.from_addr().map(|f| f.uri_text)).unwrap_or("");
     Dialog {
         call_id: msg.call_id().into(),
         local_tag: local_tag.into(),
@@ -480,16 +350,14 @@ impl CoreState {
             if let Some(c) = msg.contact() {
                 d.remote_target = c.uri_text.into();
             }
-            let mut routes: Vec<Box<str>> =
-                msg.record_route_values().map(|(_, v)| v.into()).collect();
+            let mut routes: Vec<Box<str>> = msg.record_route_values().map(|(_, v)| v.into()).collect();
             routes.reverse();
             d.route_set = routes;
             s.state = SessionState::Confirmed;
         }
         let seq = msg.cseq().map_or(0, |c| c.seq);
         if let Some((ack, flow)) = ack_for_2xx(self, d, seq) {
-            self.metrics
-                .message_out(Some(&Method::Ack), None, flow.transport);
+            self.metrics.message_out(Some(&Method::Ack), None, flow.transport);
             self.layer.send_stateless(ack, flow);
         }
     }
@@ -497,9 +365,7 @@ impl CoreState {
 
 fn ack_for_2xx(st: &mut CoreState, d: &Dialog, seq: u32) -> Option<(Bytes, Flow)> {
     let dest = match d.route_set.first() {
-        Some(route) => NameAddr::parse(route)
-            .and_then(|n| n.uri())
-            .and_then(|u| Destination::from_uri(&u)),
+        Some(route) => NameAddr::parse(route).and_then(|n| n.uri()).and_then(|u| Destination::from_uri(&u)),
         None => tandem_sip::Uri::parse(&d.remote_target).and_then(|u| Destination::from_uri(&u)),
     }?;
     let listener = st.locals.for_transport(dest.transport)?.clone();
@@ -512,17 +378,7 @@ fn ack_for_2xx(st: &mut CoreState, d: &Dialog, seq: u32) -> Option<(Bytes, Flow)
     };
     let branch = st.ids.branch();
     let mut w = MessageWriter::with_capacity(512).request_line(&Method::Ack, &d.remote_target);
-    w.header_parts(
-        "Via",
-        &[
-            "SIP/2.0/",
-            dest.transport.as_str(),
-            " ",
-            &listener.host_port,
-            ";branch=",
-            &branch,
-        ],
-    );
+    w.header_parts("Via", &["SIP/2.0/", dest.transport.as_str(), " ", &listener.host_port, ";branch=", &branch]);
     w.header_u32("Max-Forwards", 70);
     for route in &d.route_set {
         w.header("Route", route);

@@ -34,10 +34,7 @@ impl Services {
     }
 
     pub fn id(&self, name: &str) -> Option<ServiceId> {
-        self.names
-            .iter()
-            .position(|n| n == name)
-            .map(|i| i as ServiceId)
+        self.names.iter().position(|n| n == name).map(|i| i as ServiceId)
     }
 
     pub fn names(&self) -> &[String] {
@@ -99,11 +96,7 @@ pub(crate) struct CoreParts {
 impl Core {
     pub(crate) fn new(p: CoreParts) -> Core {
         let layer = TransactionLayer::new(tandem_transaction::Config {
-            timers: tandem_transaction::TimerConfig {
-                t1: p.config.t1,
-                t2: p.config.t2,
-                t4: p.config.t4,
-            },
+            timers: tandem_transaction::TimerConfig { t1: p.config.t1, t2: p.config.t2, t4: p.config.t4 },
             max_transactions: p.config.max_transactions,
         });
         Core {
@@ -134,43 +127,30 @@ impl Core {
     }
 
     pub fn next_deadline(&mut self) -> Option<Instant> {
-        let candidates = [
-            self.st.layer.next_timeout(),
-            self.st.timers.next_deadline(),
-            self.st.expiry.peek().map(|Reverse((t, _))| *t),
-        ];
+        let candidates = [self.st.layer.next_timeout(), self.st.timers.next_deadline(), self.st.expiry.peek().map(|Reverse((t, _))| *t)];
         candidates.into_iter().flatten().min()
     }
 
     pub fn on_message(&mut self, now: Instant, msg: Message, flow: Flow) {
         let metric_method = msg.transaction_method().cloned();
-        self.st
-            .metrics
-            .message_in(metric_method.as_ref(), msg.status(), flow.transport);
+        self.st.metrics.message_in(metric_method.as_ref(), msg.status(), flow.transport);
         if let Some(defect) = msg.defect() {
             self.st.metrics.parse_error(true);
             tracing::debug!(reason = defect.reason, remote = %flow.remote, "invalid message");
             if msg.is_request() && msg.method() != Some(&Method::Ack) {
-                self.st
-                    .reply_stateless(&msg, flow, defect.status, Some(defect.reason));
+                self.st.reply_stateless(&msg, flow, defect.status, Some(defect.reason));
             }
             return;
         }
         match self.st.layer.on_message(now, msg, flow) {
-            Received::Request {
-                tx,
-                msg,
-                flow,
-                cancels,
-            } => self.on_request(now, &msg, flow, tx, cancels),
+            Received::Request { tx, msg, flow, cancels } => self.on_request(now, &msg, flow, tx, cancels),
             Received::Response { tx, msg, .. } => self.on_client_response(now, tx, &msg),
             Received::StrayResponse { msg, .. } => self.st.forward_stray_response(&msg),
             Received::Absorbed => self.st.metrics.absorbed(),
             Received::Overloaded { msg, flow } => {
                 self.st.metrics.dropped(DropReason::Limit);
                 if msg.is_request() && msg.method() != Some(&Method::Ack) {
-                    self.st
-                        .reply_stateless(&msg, flow, 503, Some("transaction limit reached"));
+                    self.st.reply_stateless(&msg, flow, 503, Some("transaction limit reached"));
                 }
             }
         }
@@ -181,13 +161,7 @@ impl Core {
     pub fn on_flow_closed(&mut self, now: Instant, flow: Flow) {
         self.st.layer.transport_error(now, flow);
         // Requests sent before the connection existed were sent on the flow without an id.
-        self.st.layer.transport_error(
-            now,
-            Flow {
-                connection: 0,
-                ..flow
-            },
-        );
+        self.st.layer.transport_error(now, Flow { connection: 0, ..flow });
         self.drain_events(now);
     }
 
@@ -212,9 +186,7 @@ impl Core {
             drop(app);
             self.st.touch(entry.app, now);
             let service = self.services.list[entry.service as usize].clone();
-            self.run(now, entry.service, |ctx| {
-                service.on_timer(ctx, entry.app, id, entry.name)
-            });
+            self.run(now, entry.service, |ctx| service.on_timer(ctx, entry.app, id, entry.name));
         }
         self.expire(now);
         self.drain_events(now);
@@ -247,17 +219,11 @@ impl Core {
     /// Publishes this executor's counters for the admin endpoint.
     pub fn publish_stats(&self) {
         use std::sync::atomic::Ordering::Relaxed;
-        if let Some(s) = self
-            .st
-            .metrics
-            .executor_stats
-            .get(self.st.executor as usize)
-        {
+        if let Some(s) = self.st.metrics.executor_stats.get(self.st.executor as usize) {
             let (server, client) = self.st.layer.counts();
             s.server_transactions.store(server as u64, Relaxed);
             s.client_transactions.store(client as u64, Relaxed);
-            s.retransmissions
-                .store(self.st.layer.retransmissions(), Relaxed);
+            s.retransmissions.store(self.st.layer.retransmissions(), Relaxed);
         }
     }
 
@@ -265,9 +231,7 @@ impl Core {
         let started = Instant::now();
         let mut ctx = Context::new(&mut self.st, now, service);
         f(&mut ctx);
-        self.st
-            .metrics
-            .handler_time(started.elapsed().as_secs_f64());
+        self.st.metrics.handler_time(started.elapsed().as_secs_f64());
     }
 
     fn dispatch(&mut self, now: Instant, service: ServiceId, req: &Request<'_>) {
@@ -275,50 +239,25 @@ impl Core {
         self.run(now, service, |ctx| svc.on_request(ctx, req));
     }
 
-    fn on_request(
-        &mut self,
-        now: Instant,
-        msg: &Message,
-        flow: Flow,
-        tx: Option<ServerTxId>,
-        cancels: Option<ServerTxId>,
-    ) {
+    fn on_request(&mut self, now: Instant, msg: &Message, flow: Flow, tx: Option<ServerTxId>, cancels: Option<ServerTxId>) {
         let method = msg.method().cloned().unwrap_or(Method::Options);
         if method == Method::Cancel {
             return self.on_cancel(now, msg, tx, cancels);
         }
-        let base = Request {
-            msg,
-            tx,
-            flow,
-            kind: RequestKind::Initial,
-            session: None,
-            app: None,
-            consumed_route: None,
-        };
-        if let Some(session) = msg
-            .to_tag()
-            .and_then(|tag| self.st.dialogs.get(tag).copied())
-        {
-            return self.in_dialog(
-                now,
-                Request {
-                    kind: RequestKind::InDialog,
-                    session: Some(session),
-                    ..base
-                },
-            );
+        let base = Request { msg, tx, flow, kind: RequestKind::Initial, session: None, app: None, consumed_route: None };
+        if let Some(session) = msg.to_tag().and_then(|tag| self.st.dialogs.get(tag).copied()) {
+            return self.in_dialog(now, Request { kind: RequestKind::InDialog, session: Some(session), ..base });
         }
         if let Some((service, consumed)) = self.routed_service(msg) {
-            return self.dispatch(
-                now,
-                service,
-                &Request {
-                    kind: RequestKind::Routed,
-                    consumed_route: Some(consumed),
-                    ..base
-                },
-            );
+            return self.dispatch(now, service, &Request { kind: RequestKind::Routed, consumed_route: Some(consumed), ..base });
+        }
+        if msg.to_tag().is_some() {
+            // Mid-dialog, but no dialog or Route of ours: a proxy chosen by the routing rules
+            // still relays it (user agents that ignore Record-Route, such as SIPp's built-in
+            // scenarios, send these); a user agent answers 481.
+            if let Some(service) = self.route_to_proxy(msg, flow) {
+                return self.dispatch(now, service, &Request { kind: RequestKind::Routed, ..base });
+            }
         }
         let Some(tx) = tx.filter(|_| method != Method::Ack) else {
             self.st.metrics.dropped(DropReason::Stray);
@@ -327,42 +266,29 @@ impl Core {
         if msg.to_tag().is_some() {
             return self.st.reply(now, tx, msg, 481, None);
         }
-        self.initial(
-            now,
-            Request {
-                tx: Some(tx),
-                ..base
-            },
-            tx,
-        );
+        self.initial(now, Request { tx: Some(tx), ..base }, tx);
+    }
+
+    fn route_to_proxy(&self, msg: &Message, flow: Flow) -> Option<ServiceId> {
+        let local_port = self.st.locals.by_index(flow.listener).map_or(0, |l| l.addr.port());
+        let service = routing::route(&self.st.routes, msg, local_port).and_then(|name| self.services.id(name))?;
+        self.services.list[service as usize].user_agent().is_none().then_some(service)
     }
 
     fn initial(&mut self, now: Instant, req: Request<'_>, tx: ServerTxId) {
         let msg = req.msg;
-        if !matches!(
-            msg.request_uri().map(|u| u.scheme()),
-            Some(Scheme::Sip | Scheme::Sips | Scheme::Tel)
-        ) {
+        if !matches!(msg.request_uri().map(|u| u.scheme()), Some(Scheme::Sip | Scheme::Sips | Scheme::Tel)) {
             return self.st.reply(now, tx, msg, 416, None);
         }
-        let local_port = self
-            .st
-            .locals
-            .by_index(req.flow.listener)
-            .map_or(0, |l| l.addr.port());
-        let service = routing::route(&self.st.routes, msg, local_port)
-            .and_then(|name| self.services.id(name));
+        let local_port = self.st.locals.by_index(req.flow.listener).map_or(0, |l| l.addr.port());
+        let service = routing::route(&self.st.routes, msg, local_port).and_then(|name| self.services.id(name));
         let Some(service) = service else {
             self.st.metrics.dropped(DropReason::NoRoute);
-            return self
-                .st
-                .reply(now, tx, msg, 404, Some("no service for this request"));
+            return self.st.reply(now, tx, msg, 404, Some("no service for this request"));
         };
         if self.st.store.live_app_sessions() >= self.st.config.max_app_sessions {
             self.st.metrics.dropped(DropReason::Limit);
-            return self
-                .st
-                .reply(now, tx, msg, 503, Some("session limit reached"));
+            return self.st.reply(now, tx, msg, 503, Some("session limit reached"));
         }
         if !self.ua_checks(now, service, &req) {
             return;
@@ -408,14 +334,7 @@ impl Core {
         if req.tx.is_some() && !self.ua_checks(now, service, &req) {
             return;
         }
-        self.dispatch(
-            now,
-            service,
-            &Request {
-                app: Some(app),
-                ..req
-            },
-        );
+        self.dispatch(now, service, &Request { app: Some(app), ..req });
     }
 
     /// RFC 3261 §8.2 checks for user-agent services; false when a response was sent.
@@ -429,44 +348,31 @@ impl Core {
         let method = req.method();
         if !profile.allowed_methods.contains(&method.as_str()) {
             let allow = profile.allowed_methods.join(", ");
-            self.st
-                .reply_with(now, tx, msg, 405, &[("Allow", &allow)], None);
+            self.st.reply_with(now, tx, msg, 405, &[("Allow", &allow)], None);
             return false;
         }
         let unsupported: Vec<&str> = msg
             .values_of(HeaderName::Require)
             .map(|(_, v)| v)
-            .filter(|opt| {
-                !profile
-                    .supported_extensions
-                    .iter()
-                    .any(|s| s.eq_ignore_ascii_case(opt))
-            })
+            .filter(|opt| !profile.supported_extensions.iter().any(|s| s.eq_ignore_ascii_case(opt)))
             .collect();
         if !unsupported.is_empty() && *method != Method::Ack {
             let list = unsupported.join(", ");
-            self.st
-                .reply_with(now, tx, msg, 420, &[("Unsupported", &list)], None);
+            self.st.reply_with(now, tx, msg, 420, &[("Unsupported", &list)], None);
             return false;
         }
         if msg.body_len() > 0 {
             let ct = msg.header(HeaderName::ContentType).unwrap_or("");
             let base = ct.split(';').next().unwrap_or("").trim();
-            if !profile
-                .accepted_bodies
-                .iter()
-                .any(|a| a.eq_ignore_ascii_case(base))
-            {
+            if !profile.accepted_bodies.iter().any(|a| a.eq_ignore_ascii_case(base)) {
                 let accept = profile.accepted_bodies.join(", ");
-                self.st
-                    .reply_with(now, tx, msg, 415, &[("Accept", &accept)], None);
+                self.st.reply_with(now, tx, msg, 415, &[("Accept", &accept)], None);
                 return false;
             }
         }
         if let (Method::Invite, Some(answer)) = (method, profile.answer_body) {
             if !accepts(msg, answer) {
-                self.st
-                    .reply_with(now, tx, msg, 406, &[("Accept", answer)], None);
+                self.st.reply_with(now, tx, msg, 406, &[("Accept", answer)], None);
                 return false;
             }
         }
@@ -487,16 +393,9 @@ impl Core {
         Some((self.services.id(name)?, (index, msg.span_of(value)?)))
     }
 
-    fn on_cancel(
-        &mut self,
-        now: Instant,
-        msg: &Message,
-        tx: Option<ServerTxId>,
-        cancels: Option<ServerTxId>,
-    ) {
+    fn on_cancel(&mut self, now: Instant, msg: &Message, tx: Option<ServerTxId>, cancels: Option<ServerTxId>) {
         let Some(tx) = tx else { return };
-        let owner =
-            cancels.and_then(|itx| self.st.server_owner.get(&itx).copied().map(|o| (itx, o)));
+        let owner = cancels.and_then(|itx| self.st.server_owner.get(&itx).copied().map(|o| (itx, o)));
         let Some((invite_tx, owner)) = owner else {
             return self.st.reply(now, tx, msg, 481, None);
         };
@@ -519,12 +418,8 @@ impl Core {
                 };
                 self.st.server_owner.remove(&invite_tx);
                 let terminated = cancelled_invite_response(msg, &tag);
-                self.st
-                    .metrics
-                    .message_out(Some(&Method::Invite), Some(487), msg_transport(msg));
-                self.st
-                    .layer
-                    .respond(now, invite_tx, 487, terminated, false);
+                self.st.metrics.message_out(Some(&Method::Invite), Some(487), msg_transport(msg));
+                self.st.layer.respond(now, invite_tx, 487, terminated, false);
                 let svc = self.services.list[service as usize].clone();
                 self.run(now, service, |ctx| svc.on_cancelled(ctx, sid));
             }
@@ -557,18 +452,14 @@ impl Core {
         };
         drop(cell);
         let svc = self.services.list[service as usize].clone();
-        self.run(now, service, |ctx| {
-            svc.on_response(ctx, sid, ResponseEvent::Received(msg))
-        });
+        self.run(now, service, |ctx| svc.on_response(ctx, sid, ResponseEvent::Received(msg)));
     }
 
     fn drain_events(&mut self, now: Instant) {
         while let Some(event) = self.st.layer.poll_event() {
             match event {
                 Event::ClientTimeout { tx } => self.client_failed(now, tx, ResponseEvent::Timeout),
-                Event::ClientTransportError { tx } => {
-                    self.client_failed(now, tx, ResponseEvent::TransportError)
-                }
+                Event::ClientTransportError { tx } => self.client_failed(now, tx, ResponseEvent::TransportError),
                 Event::AckTimeout { tx } => {
                     if let Some(ServerOwner::Session(sid)) = self.st.server_owner.remove(&tx) {
                         let service = self.st.store.session(sid).map(|c| c.lock().service);
@@ -604,9 +495,7 @@ impl Core {
                     self.run(now, service, |ctx| svc.on_response(ctx, sid, why));
                 }
             }
-            Some(ClientOwner::Proxy {
-                server_tx: Some(stx),
-            }) => self.st.proxy_branch_failed(now, tx, stx, why.status()),
+            Some(ClientOwner::Proxy { server_tx: Some(stx) }) => self.st.proxy_branch_failed(now, tx, stx, why.status()),
             Some(ClientOwner::Proxy { server_tx: None }) | None => {}
         }
     }
@@ -621,10 +510,7 @@ fn accepts(msg: &Message, body_type: &str) -> bool {
     let (major, _) = body_type.split_once('/').unwrap_or((body_type, ""));
     values.any(|(_, v)| {
         let v = v.split(';').next().unwrap_or("").trim();
-        v == "*/*"
-            || v.eq_ignore_ascii_case(body_type)
-            || v.strip_suffix("/*")
-                .is_some_and(|m| m.eq_ignore_ascii_case(major))
+        v == "*/*" || v.eq_ignore_ascii_case(body_type) || v.strip_suffix("/*").is_some_and(|m| m.eq_ignore_ascii_case(major))
     })
 }
 
@@ -635,8 +521,7 @@ fn msg_transport(msg: &Message) -> Transport {
 /// 487 for the INVITE a CANCEL names, built from the CANCEL (same Via, From, To, Call-ID and
 /// CSeq number; RFC 3261 §9.2), with the dialog's local tag.
 fn cancelled_invite_response(cancel: &Message, local_tag: &str) -> Bytes {
-    let mut w =
-        tandem_sip::MessageWriter::with_capacity(512).status_line(487, "Request Terminated");
+    let mut w = tandem_sip::MessageWriter::with_capacity(512).status_line(487, "Request Terminated");
     w.copy_headers_named(cancel, HeaderName::Via);
     w.copy_headers_named(cancel, HeaderName::From);
     match cancel.to_tag() {
@@ -677,32 +562,17 @@ impl CoreState {
 
     /// A response outside any transaction (invalid requests, overload), on the flow the
     /// request came in on (symmetric response routing).
-    pub(crate) fn reply_stateless(
-        &mut self,
-        msg: &Message,
-        flow: Flow,
-        status: u16,
-        warning: Option<&str>,
-    ) {
+    pub(crate) fn reply_stateless(&mut self, msg: &Message, flow: Flow, status: u16, warning: Option<&str>) {
         let tag = self.ids.tag();
         let mut b = ResponseBuilder::new(msg, status, Self::reason_phrase(status), Some(&tag));
         if let Some(w) = warning {
-            b.writer()
-                .header_parts("Warning", &["399 tandem \"", w, "\""]);
+            b.writer().header_parts("Warning", &["399 tandem \"", w, "\""]);
         }
-        self.metrics
-            .message_out(msg.method(), Some(status), flow.transport);
+        self.metrics.message_out(msg.method(), Some(status), flow.transport);
         self.layer.send_stateless(b.finish(), flow);
     }
 
-    pub(crate) fn reply(
-        &mut self,
-        now: Instant,
-        tx: ServerTxId,
-        msg: &Message,
-        status: u16,
-        warning: Option<&str>,
-    ) {
+    pub(crate) fn reply(&mut self, now: Instant, tx: ServerTxId, msg: &Message, status: u16, warning: Option<&str>) {
         let warning = warning.map(|w| format!("399 tandem \"{w}\""));
         let headers: Vec<(&str, &str)> = warning.iter().map(|w| ("Warning", w.as_str())).collect();
         self.reply_with(now, tx, msg, status, &headers, None);
@@ -717,11 +587,7 @@ impl CoreState {
         headers: &[(&str, &str)],
         body: Option<(&str, &[u8])>,
     ) {
-        let tag = if msg.to_tag().is_none() && status > 100 {
-            Some(self.ids.tag())
-        } else {
-            None
-        };
+        let tag = if msg.to_tag().is_none() && status > 100 { Some(self.ids.tag()) } else { None };
         let mut b = ResponseBuilder::new(msg, status, Self::reason_phrase(status), tag.as_deref());
         for (name, value) in headers {
             b.writer().header(name, value);
@@ -730,8 +596,7 @@ impl CoreState {
             Some((ct, body)) => b.body(ct, body),
             None => b.finish(),
         };
-        self.metrics
-            .message_out(msg.method(), Some(status), msg_transport(msg));
+        self.metrics.message_out(msg.method(), Some(status), msg_transport(msg));
         self.layer.respond(now, tx, status, bytes, false);
     }
 

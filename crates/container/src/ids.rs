@@ -33,18 +33,13 @@ macro_rules! id_type {
                 if s.len() != 32 {
                     return Err(InvalidId);
                 }
-                u128::from_str_radix(s, 16)
-                    .map($name)
-                    .map_err(|_| InvalidId)
+                u128::from_str_radix(s, 16).map($name).map_err(|_| InvalidId)
             }
         }
     };
 }
 
-id_type!(
-    SessionId,
-    "Identifies a SIP session; transmissible as text (e.g. in a message body)."
-);
+id_type!(SessionId, "Identifies a SIP session; transmissible as text (e.g. in a message body).");
 id_type!(AppSessionId, "Identifies an application session.");
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

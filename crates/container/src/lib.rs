@@ -63,9 +63,7 @@ pub fn executor_for(call_id: &str, executors: u16) -> u16 {
     if executors <= 1 {
         return 0;
     }
-    let hash = call_id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
+    let hash = call_id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3));
     (hash % u64::from(executors)) as u16
 }
 

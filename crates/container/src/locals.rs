@@ -30,12 +30,7 @@ impl Locals {
                     (None, IpAddr::V6(v6)) => format!("[{v6}]"),
                     (None, IpAddr::V4(v4)) => v4.to_string(),
                 };
-                LocalListener {
-                    index: i as u16,
-                    transport: *transport,
-                    addr: *addr,
-                    host_port: format!("{host}:{}", addr.port()),
-                }
+                LocalListener { index: i as u16, transport: *transport, addr: *addr, host_port: format!("{host}:{}", addr.port()) }
             })
             .collect();
         Locals { listeners }
@@ -54,12 +49,8 @@ impl Locals {
         let port = uri.port.unwrap_or(5060);
         self.listeners.iter().any(|l| {
             l.addr.port() == port
-                && (uri
-                    .host_ip()
-                    .is_some_and(|ip| ip == l.addr.ip() || l.addr.ip().is_unspecified())
-                    || l.host_port
-                        .rsplit_once(':')
-                        .is_some_and(|(h, _)| h.eq_ignore_ascii_case(uri.host)))
+                && (uri.host_ip().is_some_and(|ip| ip == l.addr.ip() || l.addr.ip().is_unspecified())
+                    || l.host_port.rsplit_once(':').is_some_and(|(h, _)| h.eq_ignore_ascii_case(uri.host)))
         })
     }
 }
@@ -82,10 +73,7 @@ impl Destination {
             None => Transport::Udp,
         };
         let default_port = if sip.secure { 5061 } else { 5060 };
-        Some(Destination {
-            transport,
-            addr: SocketAddr::new(ip, sip.port.unwrap_or(default_port)),
-        })
+        Some(Destination { transport, addr: SocketAddr::new(ip, sip.port.unwrap_or(default_port)) })
     }
 
     /// `IP:PORT` (UDP) or `tcp:IP:PORT` / `udp:IP:PORT`, as in `proxy.next_hop`.
@@ -95,10 +83,7 @@ impl Destination {
             Some((p, rest)) if p.eq_ignore_ascii_case("udp") => (Transport::Udp, rest),
             _ => (Transport::Udp, s),
         };
-        Some(Destination {
-            transport,
-            addr: addr.parse().ok()?,
-        })
+        Some(Destination { transport, addr: addr.parse().ok()? })
     }
 }
 
@@ -110,30 +95,20 @@ mod tests {
     fn destinations() {
         let d = Destination::parse("tcp:127.0.0.1:5070").unwrap();
         assert_eq!((d.transport, d.addr.port()), (Transport::Tcp, 5070));
-        assert_eq!(
-            Destination::parse("127.0.0.1:5070").unwrap().transport,
-            Transport::Udp
-        );
+        assert_eq!(Destination::parse("127.0.0.1:5070").unwrap().transport, Transport::Udp);
         assert!(Destination::parse("example.com:5060").is_none());
         let uri = Uri::parse("sip:bob@[::1]:5080;transport=tcp").unwrap();
         let d = Destination::from_uri(&uri).unwrap();
-        assert_eq!(
-            (d.transport, d.addr),
-            (Transport::Tcp, "[::1]:5080".parse().unwrap())
-        );
+        assert_eq!((d.transport, d.addr), (Transport::Tcp, "[::1]:5080".parse().unwrap()));
         assert!(Destination::from_uri(&Uri::parse("sip:bob@example.com").unwrap()).is_none());
     }
 
     #[test]
     fn recognises_itself() {
         let locals = Locals::new(&[(Transport::Udp, "127.0.0.1:5060".parse().unwrap())], None);
-        let Some(Uri::Sip(me)) = Uri::parse("sip:127.0.0.1;lr") else {
-            panic!()
-        };
+        let Some(Uri::Sip(me)) = Uri::parse("sip:127.0.0.1;lr") else { panic!() };
         assert!(locals.is_local_uri(&me));
-        let Some(Uri::Sip(other)) = Uri::parse("sip:127.0.0.1:5070;lr") else {
-            panic!()
-        };
+        let Some(Uri::Sip(other)) = Uri::parse("sip:127.0.0.1:5070;lr") else { panic!() };
         assert!(!locals.is_local_uri(&other));
     }
 }

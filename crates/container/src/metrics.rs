@@ -104,11 +104,7 @@ impl Metrics {
         let mut registry = Registry::with_prefix("tandem");
         let messages_in_family = Family::<MessageLabels, Counter>::default();
         let messages_out_family = Family::<MessageLabels, Counter>::default();
-        registry.register(
-            "messages_in",
-            "SIP messages received, by method, status class and transport",
-            messages_in_family.clone(),
-        );
+        registry.register("messages_in", "SIP messages received, by method, status class and transport", messages_in_family.clone());
         registry.register(
             "messages_out",
             "SIP messages sent (first transmissions), by method, status class and transport",
@@ -117,51 +113,27 @@ impl Metrics {
         let messages_in = Self::slots(&messages_in_family);
         let messages_out = Self::slots(&messages_out_family);
         let parse_errors = Family::<KindLabels, Counter>::default();
-        registry.register("parse_errors", "Received bytes that were not a valid SIP message (unparseable, or invalid and answered 4xx/dropped)", parse_errors.clone());
+        registry.register(
+            "parse_errors",
+            "Received bytes that were not a valid SIP message (unparseable, or invalid and answered 4xx/dropped)",
+            parse_errors.clone(),
+        );
         let drops = Family::<ReasonLabels, Counter>::default();
-        registry.register(
-            "dropped",
-            "Messages dropped or refused before reaching a service",
-            drops.clone(),
-        );
+        registry.register("dropped", "Messages dropped or refused before reaching a service", drops.clone());
         let absorbed = Counter::default();
-        registry.register(
-            "absorbed",
-            "Retransmissions absorbed by the transaction layer",
-            absorbed.clone(),
-        );
+        registry.register("absorbed", "Retransmissions absorbed by the transaction layer", absorbed.clone());
         let handler_seconds = Histogram::new(exponential_buckets(0.000_005, 2.0, 18));
-        registry.register(
-            "handler_seconds",
-            "Time spent in service handlers per event",
-            handler_seconds.clone(),
-        );
+        registry.register("handler_seconds", "Time spent in service handlers per event", handler_seconds.clone());
         let sip_sessions = Gauge::default();
         registry.register("sip_sessions", "Live SIP sessions", sip_sessions.clone());
         let app_sessions = Gauge::default();
-        registry.register(
-            "app_sessions",
-            "Live application sessions",
-            app_sessions.clone(),
-        );
+        registry.register("app_sessions", "Live application sessions", app_sessions.clone());
         let transactions = Family::<KindLabels, Gauge>::default();
-        registry.register(
-            "transactions",
-            "Live SIP transactions",
-            transactions.clone(),
-        );
+        registry.register("transactions", "Live SIP transactions", transactions.clone());
         let retransmissions = Counter::default();
-        registry.register(
-            "retransmissions",
-            "Requests and responses retransmitted by the transaction layer",
-            retransmissions.clone(),
-        );
+        registry.register("retransmissions", "Requests and responses retransmitted by the transaction layer", retransmissions.clone());
         let tcp_connections = Gauge::default();
-        registry.register(
-            "tcp_connections",
-            "Open TCP connections",
-            tcp_connections.clone(),
-        );
+        registry.register("tcp_connections", "Open TCP connections", tcp_connections.clone());
         Metrics {
             registry,
             messages_in,
@@ -184,15 +156,7 @@ impl Metrics {
         for method in METHODS {
             for status_class in CLASSES {
                 for transport in TRANSPORTS {
-                    v.push(
-                        family
-                            .get_or_create(&MessageLabels {
-                                method,
-                                status_class,
-                                transport,
-                            })
-                            .clone(),
-                    );
+                    v.push(family.get_or_create(&MessageLabels { method, status_class, transport }).clone());
                 }
             }
         }
@@ -201,10 +165,7 @@ impl Metrics {
 
     fn slot(method: Option<&Method>, status: Option<u16>, transport: Transport) -> usize {
         let label = method.map_or("other", Method::metric_label);
-        let m = METHODS
-            .iter()
-            .position(|x| *x == label)
-            .unwrap_or(METHODS.len() - 1);
+        let m = METHODS.iter().position(|x| *x == label).unwrap_or(METHODS.len() - 1);
         let c = status.map_or(0, |s| usize::from(s / 100).clamp(1, 6));
         let t = usize::from(transport != Transport::Udp);
         (m * CLASSES.len() + c) * TRANSPORTS.len() + t
@@ -219,20 +180,12 @@ impl Metrics {
     }
 
     pub fn parse_error(&self, invalid_but_framed: bool) {
-        let kind = if invalid_but_framed {
-            "invalid"
-        } else {
-            "unparseable"
-        };
+        let kind = if invalid_but_framed { "invalid" } else { "unparseable" };
         self.parse_errors.get_or_create(&KindLabels { kind }).inc();
     }
 
     pub fn dropped(&self, why: Drop) {
-        self.drops
-            .get_or_create(&ReasonLabels {
-                reason: why.label(),
-            })
-            .inc();
+        self.drops.get_or_create(&ReasonLabels { reason: why.label() }).inc();
     }
 
     pub fn absorbed(&self) {
@@ -244,12 +197,7 @@ impl Metrics {
     }
 
     /// Refreshes gauges from their sources and renders the Prometheus text format.
-    pub fn render(
-        &self,
-        sip_sessions: usize,
-        app_sessions: usize,
-        tcp_connections: usize,
-    ) -> String {
+    pub fn render(&self, sip_sessions: usize, app_sessions: usize, tcp_connections: usize) -> String {
         self.sip_sessions.set(sip_sessions as i64);
         self.app_sessions.set(app_sessions as i64);
         self.tcp_connections.set(tcp_connections as i64);
@@ -259,12 +207,8 @@ impl Metrics {
             client += s.client_transactions.load(Ordering::Relaxed);
             retrans += s.retransmissions.load(Ordering::Relaxed);
         }
-        self.transactions
-            .get_or_create(&KindLabels { kind: "server" })
-            .set(server as i64);
-        self.transactions
-            .get_or_create(&KindLabels { kind: "client" })
-            .set(client as i64);
+        self.transactions.get_or_create(&KindLabels { kind: "server" }).set(server as i64);
+        self.transactions.get_or_create(&KindLabels { kind: "client" }).set(client as i64);
         let seen = self.retransmissions.get();
         self.retransmissions.inc_by(retrans.saturating_sub(seen));
         let mut out = String::with_capacity(16 * 1024);
@@ -287,9 +231,7 @@ mod tests {
         m.parse_error(false);
         let text = m.render(3, 2, 0);
         assert!(text.contains(r#"tandem_messages_in_total{method="OPTIONS",status_class="request",transport="udp"} 1"#), "{text}");
-        assert!(text.contains(
-            r#"tandem_messages_out_total{method="OPTIONS",status_class="2xx",transport="tcp"} 1"#
-        ));
+        assert!(text.contains(r#"tandem_messages_out_total{method="OPTIONS",status_class="2xx",transport="tcp"} 1"#));
         assert!(text.contains(r#"tandem_parse_errors_total{kind="unparseable"} 1"#));
         assert!(text.contains("tandem_sip_sessions 3"));
     }

@@ -10,15 +10,14 @@ use crate::ContainerError;
 use bytes::Bytes;
 use smallvec::SmallVec;
 use std::time::Instant;
-use tandem_sip::{
-    Flow, HeaderName, Message, MessageWriter, Method, NameAddr, Span, Transport, Via,
-};
+use tandem_sip::{Flow, HeaderName, Message, MessageWriter, Method, NameAddr, Span, Transport, Via};
 use tandem_transaction::{ClientTxId, ServerTxId};
 
 /// A proxied request awaiting its final response.
 pub(crate) struct ProxyContext {
-    /// The request as received, to answer it when every branch fails.
-    upstream: Message,
+    /// The request as received, to answer it when every branch fails; dropped once a final
+    /// response went upstream (the context lives on while 2xx retransmissions may come).
+    upstream: Option<Message>,
     branches: SmallVec<[ProxyBranch; 1]>,
     final_sent: bool,
 }
@@ -35,6 +34,9 @@ struct ProxyBranch {
 pub struct ProxyOptions {
     /// Where to send; by default the first remaining Route, else the Request-URI.
     pub destination: Option<Destination>,
+    /// Where to send when the Route or Request-URI designates this server itself (e.g. a
+    /// mid-dialog request from a UA that ignored Record-Route): typically the next hop.
+    pub fallback: Option<Destination>,
     /// Stay on the path of the dialog (initial requests).
     pub record_route: bool,
 }
@@ -53,10 +55,7 @@ impl CoreState {
         if max_forwards == 0 {
             return self.answer_upstream(now, req, 483, None);
         }
-        let unsupported: Vec<&str> = msg
-            .values_of(HeaderName::ProxyRequire)
-            .map(|(_, v)| v)
-            .collect();
+        let unsupported: Vec<&str> = msg.values_of(HeaderName::ProxyRequire).map(|(_, v)| v).collect();
         if !unsupported.is_empty() && method != Method::Ack {
             let list = unsupported.join(", ");
             if let Some(tx) = req.tx {
@@ -64,44 +63,26 @@ impl CoreState {
             }
             return Ok(());
         }
-        let Some(dest) = options
-            .destination
-            .or_else(|| next_hop_of(msg, req.consumed_route))
-        else {
-            return self.answer_upstream(
-                now,
-                req,
-                503,
-                Some("cannot resolve the target (IP addresses only)"),
-            );
+        let natural = next_hop_of(msg, req.consumed_route);
+        let is_self = natural.is_some_and(|d| self.locals.listeners.iter().any(|l| l.addr == d.addr || (l.addr.ip().is_unspecified() && l.addr.port() == d.addr.port())));
+        let dest = match (options.destination, natural) {
+            (Some(d), _) => d,
+            (None, Some(d)) if !is_self => d,
+            (None, _) => match options.fallback {
+                Some(d) => d,
+                None if is_self => return self.answer_upstream(now, req, 482, Some("the request is addressed to this proxy")),
+                None => return self.answer_upstream(now, req, 503, Some("cannot resolve the target (IP addresses only)")),
+            },
         };
         let Some(listener) = self.locals.for_transport(dest.transport).cloned() else {
-            return self.answer_upstream(
-                now,
-                req,
-                503,
-                Some("no listener for the target's transport"),
-            );
+            return self.answer_upstream(now, req, 503, Some("no listener for the target's transport"));
         };
         let branch = self.ids.branch();
-        let record_route = (options.record_route && method != Method::Ack)
-            .then(|| record_route_value(&listener, self.service_name(service)));
-        let forwarded = forwarded_request(
-            msg,
-            &listener,
-            &branch,
-            max_forwards - 1,
-            record_route.as_deref(),
-            req.consumed_route,
-        );
-        let flow = Flow {
-            transport: dest.transport,
-            listener: listener.index,
-            connection: 0,
-            remote: dest.addr,
-        };
-        self.metrics
-            .message_out(Some(&method), None, dest.transport);
+        let record_route =
+            (options.record_route && method != Method::Ack).then(|| record_route_value(&listener, self.service_name(service)));
+        let forwarded = forwarded_request(msg, &listener, &branch, max_forwards - 1, record_route.as_deref(), req.consumed_route);
+        let flow = Flow { transport: dest.transport, listener: listener.index, connection: 0, remote: dest.addr };
+        self.metrics.message_out(Some(&method), None, dest.transport);
         let Some(server_tx) = req.tx else {
             // ACK for a 2xx: forwarded statelessly (RFC 3261 §16.11).
             self.layer.send_stateless(forwarded, flow);
@@ -110,45 +91,23 @@ impl CoreState {
         if method == Method::Invite && !self.proxies.contains_key(&server_tx) {
             self.reply(now, server_tx, msg, 100, None);
         }
-        let client_tx =
-            self.layer
-                .send_request(now, method.clone(), &branch, forwarded.clone(), flow);
-        self.client_owner.insert(
-            client_tx,
-            ClientOwner::Proxy {
-                server_tx: Some(server_tx),
-            },
-        );
+        let client_tx = self.layer.send_request(now, method.clone(), &branch, forwarded.clone(), flow);
+        self.client_owner.insert(client_tx, ClientOwner::Proxy { server_tx: Some(server_tx) });
         self.server_owner.insert(server_tx, ServerOwner::Proxy);
-        let context = self
-            .proxies
-            .entry(server_tx)
-            .or_insert_with(|| ProxyContext {
-                upstream: msg.clone(),
-                branches: SmallVec::new(),
-                final_sent: false,
-            });
-        context.branches.push(ProxyBranch {
-            tx: client_tx,
-            invite: (method == Method::Invite).then_some(forwarded),
-            flow,
+        let context = self.proxies.entry(server_tx).or_insert_with(|| ProxyContext {
+            upstream: msg.clone(),
+            branches: SmallVec::new(),
+            final_sent: false,
         });
+        context.branches.push(ProxyBranch { tx: client_tx, invite: (method == Method::Invite).then_some(forwarded), flow });
         Ok(())
     }
 
     fn service_name(&self, service: ServiceId) -> &str {
-        self.service_names
-            .get(service as usize)
-            .map_or("", String::as_str)
+        self.service_names.get(service as usize).map_or("", String::as_str)
     }
 
-    fn answer_upstream(
-        &mut self,
-        now: Instant,
-        req: &Request<'_>,
-        status: u16,
-        warning: Option<&str>,
-    ) -> Result<(), ContainerError> {
+    fn answer_upstream(&mut self, now: Instant, req: &Request<'_>, status: u16, warning: Option<&str>) -> Result<(), ContainerError> {
         match req.tx {
             Some(tx) => {
                 self.reply(now, tx, req.msg, status, warning);
@@ -163,13 +122,7 @@ impl CoreState {
 
     /// A response on a proxied branch: relayed upstream without our Via (100 Trying is
     /// hop-by-hop; after a final response only further 2xx to an INVITE are relayed).
-    pub(crate) fn proxy_relay(
-        &mut self,
-        now: Instant,
-        client_tx: ClientTxId,
-        server_tx: Option<ServerTxId>,
-        msg: &Message,
-    ) {
+    pub(crate) fn proxy_relay(&mut self, now: Instant, client_tx: ClientTxId, server_tx: Option<ServerTxId>, msg: &Message) {
         let status = msg.status().unwrap_or(0);
         let Some(server_tx) = server_tx.filter(|_| status > 100) else {
             return;
@@ -184,30 +137,18 @@ impl CoreState {
                 return;
             }
             context.final_sent = true;
+            context.upstream = None;
             for b in context.branches.iter_mut().filter(|b| b.tx == client_tx) {
                 b.invite = None;
             }
         }
         let relayed = without_top_via(msg);
-        self.metrics.message_out(
-            msg.transaction_method(),
-            Some(status),
-            context
-                .upstream
-                .top_via_transport()
-                .unwrap_or(Transport::Udp),
-        );
+        self.metrics.message_out(msg.transaction_method(), Some(status), msg.top_via_transport().unwrap_or(Transport::Udp));
         self.layer.respond(now, server_tx, status, relayed, false);
     }
 
     /// A branch timed out or its transport failed: answer upstream when no branch is left.
-    pub(crate) fn proxy_branch_failed(
-        &mut self,
-        now: Instant,
-        client_tx: ClientTxId,
-        server_tx: ServerTxId,
-        status: u16,
-    ) {
+    pub(crate) fn proxy_branch_failed(&mut self, now: Instant, client_tx: ClientTxId, server_tx: ServerTxId, status: u16) {
         let Some(context) = self.proxies.get_mut(&server_tx) else {
             return;
         };
@@ -216,8 +157,9 @@ impl CoreState {
             return;
         }
         context.final_sent = true;
-        let upstream = context.upstream.clone();
-        self.reply(now, server_tx, &upstream, status, None);
+        if let Some(upstream) = context.upstream.take() {
+            self.reply(now, server_tx, &upstream, status, None);
+        }
     }
 
     /// CANCEL received for a proxied INVITE: cancel every branch without a final response.
@@ -225,11 +167,7 @@ impl CoreState {
         let Some(context) = self.proxies.get_mut(&invite_tx) else {
             return;
         };
-        let pending: Vec<(Bytes, Flow)> = context
-            .branches
-            .iter_mut()
-            .filter_map(|b| b.invite.take().map(|i| (i, b.flow)))
-            .collect();
+        let pending: Vec<(Bytes, Flow)> = context.branches.iter_mut().filter_map(|b| b.invite.take().map(|i| (i, b.flow))).collect();
         for (invite, flow) in pending {
             let Ok(parsed) = tandem_sip::parse_datagram(invite, &Default::default()) else {
                 continue;
@@ -238,13 +176,9 @@ impl CoreState {
                 continue;
             };
             let cancel = cancel_for(&parsed);
-            self.metrics
-                .message_out(Some(&Method::Cancel), None, flow.transport);
-            let tx = self
-                .layer
-                .send_request(now, Method::Cancel, &branch, cancel, flow);
-            self.client_owner
-                .insert(tx, ClientOwner::Proxy { server_tx: None });
+            self.metrics.message_out(Some(&Method::Cancel), None, flow.transport);
+            let tx = self.layer.send_request(now, Method::Cancel, &branch, cancel, flow);
+            self.client_owner.insert(tx, ClientOwner::Proxy { server_tx: None });
         }
     }
 
@@ -253,18 +187,12 @@ impl CoreState {
     pub(crate) fn forward_stray_response(&mut self, msg: &Message) {
         let ours = msg.top_via().is_some_and(|v| {
             let port = v.port.unwrap_or(5060);
-            self.locals.listeners.iter().any(|l| {
-                l.addr.port() == port
-                    && l.host_port
-                        .rsplit_once(':')
-                        .is_some_and(|(h, _)| h.eq_ignore_ascii_case(v.host))
-            })
+            self.locals
+                .listeners
+                .iter()
+                .any(|l| l.addr.port() == port && l.host_port.rsplit_once(':').is_some_and(|(h, _)| h.eq_ignore_ascii_case(v.host)))
         });
-        let next = msg
-            .values_of(HeaderName::Via)
-            .nth(1)
-            .and_then(|(_, v)| Via::parse(v))
-            .and_then(|v| via_destination(&v));
+        let next = msg.values_of(HeaderName::Via).nth(1).and_then(|(_, v)| Via::parse(v)).and_then(|v| via_destination(&v));
         let (true, Some(dest)) = (ours, next) else {
             self.metrics.dropped(DropReason::Stray);
             return;
@@ -272,14 +200,8 @@ impl CoreState {
         let Some(listener) = self.locals.for_transport(dest.transport) else {
             return;
         };
-        let flow = Flow {
-            transport: dest.transport,
-            listener: listener.index,
-            connection: 0,
-            remote: dest.addr,
-        };
-        self.metrics
-            .message_out(msg.transaction_method(), msg.status(), dest.transport);
+        let flow = Flow { transport: dest.transport, listener: listener.index, connection: 0, remote: dest.addr };
+        self.metrics.message_out(msg.transaction_method(), msg.status(), dest.transport);
         self.layer.send_stateless(without_top_via(msg), flow);
     }
 }
@@ -287,10 +209,7 @@ impl CoreState {
 /// The destination of a request: the first Route value left, else the Request-URI.
 fn next_hop_of(msg: &Message, consumed: Option<(usize, Span)>) -> Option<Destination> {
     let consumed_span = consumed.map(|(_, s)| s);
-    let route = msg
-        .route_values()
-        .find(|(_, v)| msg.span_of(v) != consumed_span)
-        .map(|(_, v)| v);
+    let route = msg.route_values().find(|(_, v)| msg.span_of(v) != consumed_span).map(|(_, v)| v);
     match route {
         Some(value) => Destination::from_uri(&NameAddr::parse(value)?.uri()?),
         None => Destination::from_uri(&msg.request_uri()?),
@@ -300,33 +219,17 @@ fn next_hop_of(msg: &Message, consumed: Option<(usize, Span)>) -> Option<Destina
 /// Where a response goes by a Via value: `received` and `rport` when present (RFC 3581).
 fn via_destination(via: &Via<'_>) -> Option<Destination> {
     let host = via.received().unwrap_or(via.host);
-    let ip = tandem_sip::SipUri {
-        secure: false,
-        user: None,
-        host,
-        port: None,
-        params: "",
-        headers: None,
-    }
-    .host_ip()?;
+    let ip = tandem_sip::SipUri { secure: false, user: None, host, port: None, params: "", headers: None }.host_ip()?;
     let port = via.rport().flatten().or(via.port).unwrap_or(5060);
     let transport = match via.transport {
         Transport::Tcp => Transport::Tcp,
         _ => Transport::Udp,
     };
-    Some(Destination {
-        transport,
-        addr: std::net::SocketAddr::new(ip, port),
-    })
+    Some(Destination { transport, addr: std::net::SocketAddr::new(ip, port) })
 }
 
 fn record_route_value(listener: &LocalListener, service_name: &str) -> String {
-    format!(
-        "<sip:{};transport={};lr;tsvc={}>",
-        listener.host_port,
-        listener.transport.as_str().to_ascii_lowercase(),
-        service_name
-    )
+    format!("<sip:{};transport={};lr;tsvc={}>", listener.host_port, listener.transport.as_str().to_ascii_lowercase(), service_name)
 }
 
 /// The request as forwarded: our Via on top, Record-Route when asked, Max-Forwards
@@ -340,19 +243,8 @@ fn forwarded_request(
     consumed: Option<(usize, Span)>,
 ) -> Bytes {
     let method = msg.method().cloned().unwrap_or(Method::Options);
-    let mut w = MessageWriter::with_capacity(msg.wire_bytes().len() + 256)
-        .request_line(&method, msg.request_uri_text());
-    w.header_parts(
-        "Via",
-        &[
-            "SIP/2.0/",
-            listener.transport.as_str(),
-            " ",
-            &listener.host_port,
-            ";branch=",
-            branch,
-        ],
-    );
+    let mut w = MessageWriter::with_capacity(msg.wire_bytes().len() + 256).request_line(&method, msg.request_uri_text());
+    w.header_parts("Via", &["SIP/2.0/", listener.transport.as_str(), " ", &listener.host_port, ";branch=", branch]);
     if let Some(rr) = record_route {
         w.header("Record-Route", rr);
     }
@@ -365,8 +257,7 @@ fn forwarded_request(
                 wrote_max_forwards = true;
             }
             HeaderName::Route if consumed.is_some_and(|(index, _)| index == i) => {
-                let rest =
-                    remaining_values(msg, h.value, consumed.map(|(_, s)| s).unwrap_or_default());
+                let rest = remaining_values(msg, h.value, consumed.map(|(_, s)| s).unwrap_or_default());
                 if !rest.is_empty() {
                     w.header("Route", rest);
                 }
@@ -384,18 +275,14 @@ fn forwarded_request(
 
 /// A header value without its first comma-separated value `first`.
 fn remaining_values(msg: &Message, value: Span, first: Span) -> &str {
-    let rest = msg.text(Span {
-        start: first.end.min(value.end),
-        end: value.end,
-    });
+    let rest = msg.text(Span { start: first.end.min(value.end), end: value.end });
     rest.trim_start_matches(|c: char| c == ',' || c.is_ascii_whitespace())
 }
 
 /// A response with its top Via value removed (for relaying upstream).
 fn without_top_via(msg: &Message) -> Bytes {
     let top = msg.top_via_location();
-    let mut w = MessageWriter::with_capacity(msg.wire_bytes().len())
-        .status_line(msg.status().unwrap_or(500), msg.reason());
+    let mut w = MessageWriter::with_capacity(msg.wire_bytes().len()).status_line(msg.status().unwrap_or(500), msg.reason());
     for (i, h) in msg.headers().iter().enumerate() {
         match (h.name, top) {
             (HeaderName::ContentLength, _) => {}
@@ -416,8 +303,7 @@ fn without_top_via(msg: &Message) -> Bytes {
 /// CANCEL for a forwarded INVITE (RFC 3261 §9.1): same Request-URI, Call-ID, From, To, CSeq
 /// number, the single top Via, and the Route headers.
 fn cancel_for(invite: &Message) -> Bytes {
-    let mut w =
-        MessageWriter::with_capacity(512).request_line(&Method::Cancel, invite.request_uri_text());
+    let mut w = MessageWriter::with_capacity(512).request_line(&Method::Cancel, invite.request_uri_text());
     if let Some((index, first)) = invite.top_via_location() {
         let _ = index;
         w.header("Via", invite.text(first));
@@ -437,17 +323,11 @@ mod tests {
     use super::*;
 
     fn parse(s: &str) -> Message {
-        tandem_sip::parse_datagram(Bytes::from(s.replace('\n', "\r\n")), &Default::default())
-            .unwrap()
+        tandem_sip::parse_datagram(Bytes::from(s.replace('\n', "\r\n")), &Default::default()).unwrap()
     }
 
     fn listener() -> LocalListener {
-        LocalListener {
-            index: 0,
-            transport: Transport::Udp,
-            addr: "127.0.0.1:5060".parse().unwrap(),
-            host_port: "127.0.0.1:5060".into(),
-        }
+        LocalListener { index: 0, transport: Transport::Udp, addr: "127.0.0.1:5060".parse().unwrap(), host_port: "127.0.0.1:5060".into() }
     }
 
     #[test]
@@ -455,32 +335,16 @@ mod tests {
         let msg = parse("INVITE sip:bob@127.0.0.1:5070 SIP/2.0\nVia: SIP/2.0/UDP 127.0.0.1:5061;branch=z9hG4bKa\nRoute: <sip:127.0.0.1:5060;lr>, <sip:10.0.0.9;lr>\nMax-Forwards: 5\nFrom: <sip:a@x>;tag=1\nTo: <sip:bob@y>\nCall-ID: c\nCSeq: 1 INVITE\nContent-Type: application/sdp\nContent-Length: 4\n\nv=0\n");
         let (index, value) = msg.route_values().next().unwrap();
         let consumed = Some((index, msg.span_of(value).unwrap()));
-        let out = forwarded_request(
-            &msg,
-            &listener(),
-            "z9hG4bKnew",
-            4,
-            Some("<sip:127.0.0.1:5060;lr>"),
-            consumed,
-        );
+        let out = forwarded_request(&msg, &listener(), "z9hG4bKnew", 4, Some("<sip:127.0.0.1:5060;lr>"), consumed);
         let fwd = tandem_sip::parse_datagram(out, &Default::default()).unwrap();
         assert_eq!(fwd.defect(), None);
         assert_eq!(fwd.branch(), Some("z9hG4bKnew"));
         assert_eq!(fwd.via_header_count(), 2);
         assert_eq!(fwd.max_forwards(), Some(4));
-        assert_eq!(
-            fwd.route_values().map(|(_, v)| v).collect::<Vec<_>>(),
-            vec!["<sip:10.0.0.9;lr>"]
-        );
-        assert_eq!(
-            fwd.header(HeaderName::RecordRoute),
-            Some("<sip:127.0.0.1:5060;lr>")
-        );
+        assert_eq!(fwd.route_values().map(|(_, v)| v).collect::<Vec<_>>(), vec!["<sip:10.0.0.9;lr>"]);
+        assert_eq!(fwd.header(HeaderName::RecordRoute), Some("<sip:127.0.0.1:5060;lr>"));
         assert_eq!(&fwd.body()[..], b"v=0\r");
-        assert_eq!(
-            next_hop_of(&msg, consumed).unwrap().addr,
-            "10.0.0.9:5060".parse().unwrap()
-        );
+        assert_eq!(next_hop_of(&msg, consumed).unwrap().addr, "10.0.0.9:5060".parse().unwrap());
     }
 
     #[test]
@@ -489,13 +353,8 @@ mod tests {
         let out = tandem_sip::parse_datagram(without_top_via(&msg), &Default::default()).unwrap();
         assert_eq!(out.branch(), Some("z9hG4bKa"));
         assert_eq!(out.status(), Some(180));
-        let via =
-            Via::parse("SIP/2.0/UDP 192.0.2.1:5062;received=127.0.0.1;rport=40000;branch=z9hG4bKx")
-                .unwrap();
-        assert_eq!(
-            via_destination(&via).unwrap().addr,
-            "127.0.0.1:40000".parse().unwrap()
-        );
+        let via = Via::parse("SIP/2.0/UDP 192.0.2.1:5062;received=127.0.0.1;rport=40000;branch=z9hG4bKx").unwrap();
+        assert_eq!(via_destination(&via).unwrap().addr, "127.0.0.1:40000".parse().unwrap());
     }
 
     #[test]
@@ -503,14 +362,8 @@ mod tests {
         let invite = parse("INVITE sip:bob@127.0.0.1:5070 SIP/2.0\nVia: SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bKp\nVia: SIP/2.0/UDP 127.0.0.1:5061;branch=z9hG4bKa\nFrom: <sip:a@x>;tag=1\nTo: <sip:bob@y>\nCall-ID: c\nCSeq: 7 INVITE\nContent-Length: 0\n\n");
         let cancel = tandem_sip::parse_datagram(cancel_for(&invite), &Default::default()).unwrap();
         assert_eq!(cancel.defect(), None);
-        assert_eq!(
-            (cancel.branch(), cancel.via_header_count()),
-            (Some("z9hG4bKp"), 1)
-        );
-        assert_eq!(
-            cancel.cseq().map(|c| (c.seq, c.method.clone())),
-            Some((7, Method::Cancel))
-        );
+        assert_eq!((cancel.branch(), cancel.via_header_count()), (Some("z9hG4bKp"), 1));
+        assert_eq!(cancel.cseq().map(|c| (c.seq, c.method.clone())), Some((7, Method::Cancel)));
         assert_eq!(cancel.request_uri_text(), "sip:bob@127.0.0.1:5070");
     }
 }

@@ -20,13 +20,7 @@ pub struct RouteRule {
 
 impl RouteRule {
     pub fn catch_all(service: &str) -> RouteRule {
-        RouteRule {
-            service: service.to_string(),
-            method: None,
-            user: None,
-            domain: None,
-            port: None,
-        }
+        RouteRule { service: service.to_string(), method: None, user: None, domain: None, port: None }
     }
 
     pub fn matches(&self, req: &Message, local_port: u16) -> bool {
@@ -51,20 +45,14 @@ impl RouteRule {
                 None => user == pattern,
             }
         });
-        let domain_ok = self
-            .domain
-            .as_deref()
-            .is_none_or(|d| uri.host.eq_ignore_ascii_case(d));
+        let domain_ok = self.domain.as_deref().is_none_or(|d| uri.host.eq_ignore_ascii_case(d));
         user_ok && domain_ok
     }
 }
 
 /// Index into the rule list's services: the first matching rule.
 pub fn route<'a>(rules: &'a [RouteRule], req: &Message, local_port: u16) -> Option<&'a str> {
-    rules
-        .iter()
-        .find(|r| r.matches(req, local_port))
-        .map(|r| r.service.as_str())
+    rules.iter().find(|r| r.matches(req, local_port)).map(|r| r.service.as_str())
 }
 
 #[cfg(test)]
@@ -80,44 +68,14 @@ mod tests {
     #[test]
     fn first_matching_rule_wins() {
         let rules = vec![
-            RouteRule {
-                method: Some("OPTIONS".into()),
-                ..RouteRule::catch_all("ping")
-            },
-            RouteRule {
-                user: Some("mlt*".into()),
-                ..RouteRule::catch_all("uas")
-            },
-            RouteRule {
-                domain: Some("Proxy.Example.com".into()),
-                port: Some(5080),
-                ..RouteRule::catch_all("proxy")
-            },
+            RouteRule { method: Some("OPTIONS".into()), ..RouteRule::catch_all("ping") },
+            RouteRule { user: Some("mlt*".into()), ..RouteRule::catch_all("uas") },
+            RouteRule { domain: Some("Proxy.Example.com".into()), port: Some(5080), ..RouteRule::catch_all("proxy") },
         ];
-        assert_eq!(
-            route(&rules, &req("OPTIONS sip:x@y SIP/2.0"), 5060),
-            Some("ping")
-        );
-        assert_eq!(
-            route(&rules, &req("INVITE sip:mlt-7@y SIP/2.0"), 5060),
-            Some("uas")
-        );
-        assert_eq!(
-            route(
-                &rules,
-                &req("INVITE sip:bob@proxy.example.com SIP/2.0"),
-                5080
-            ),
-            Some("proxy")
-        );
-        assert_eq!(
-            route(
-                &rules,
-                &req("INVITE sip:bob@proxy.example.com SIP/2.0"),
-                5060
-            ),
-            None
-        );
+        assert_eq!(route(&rules, &req("OPTIONS sip:x@y SIP/2.0"), 5060), Some("ping"));
+        assert_eq!(route(&rules, &req("INVITE sip:mlt-7@y SIP/2.0"), 5060), Some("uas"));
+        assert_eq!(route(&rules, &req("INVITE sip:bob@proxy.example.com SIP/2.0"), 5080), Some("proxy"));
+        assert_eq!(route(&rules, &req("INVITE sip:bob@proxy.example.com SIP/2.0"), 5060), None);
         assert_eq!(route(&rules, &req("INVITE tel:+123 SIP/2.0"), 5060), None);
     }
 }

@@ -56,8 +56,8 @@ impl Sink for Dispatcher {
             return;
         };
         self.metrics.dropped(DropReason::Overload);
-        let (mpsc::error::TrySendError::Full(Input::Message(msg, flow))
-        | mpsc::error::TrySendError::Closed(Input::Message(msg, flow))) = err
+        let (mpsc::error::TrySendError::Full(Input::Message(msg, flow)) | mpsc::error::TrySendError::Closed(Input::Message(msg, flow))) =
+            err
         else {
             return;
         };
@@ -65,11 +65,8 @@ impl Sink for Dispatcher {
         if msg.is_request() && msg.method() != Some(&Method::Ack) && msg.defect().is_none() {
             if let Some(t) = self.transports.get() {
                 let tag = format!("{:016x}", rand::thread_rng().next_u64());
-                let response = ResponseBuilder::new(&msg, 503, "Service Unavailable", Some(&tag))
-                    .header("Retry-After", "1")
-                    .finish();
-                self.metrics
-                    .message_out(msg.method(), Some(503), flow.transport);
+                let response = ResponseBuilder::new(&msg, 503, "Service Unavailable", Some(&tag)).header("Retry-After", "1").finish();
+                self.metrics.message_out(msg.method(), Some(503), flow.transport);
                 let _ = t.send(flow, response);
             }
         }
@@ -99,11 +96,7 @@ impl Container {
             return Err(StartError::NoListener);
         }
         let services = Arc::new(Services::new(services));
-        if let Some(rule) = settings
-            .routes
-            .iter()
-            .find(|r| services.id(&r.service).is_none())
-        {
+        if let Some(rule) = settings.routes.iter().find(|r| services.id(&r.service).is_none()) {
             return Err(StartError::UnknownService(rule.service.clone()));
         }
         let config = Arc::new(settings.container.clone());
@@ -114,21 +107,11 @@ impl Container {
         .min(u16::MAX as usize);
         let metrics = Arc::new(Metrics::new(executors));
         let store = Arc::new(SessionStore::default());
-        let (senders, receivers): (Vec<_>, Vec<_>) = (0..executors)
-            .map(|_| mpsc::channel(config.queue_capacity.max(1)))
-            .unzip();
-        let dispatcher = Arc::new(Dispatcher {
-            inboxes: senders.clone(),
-            metrics: metrics.clone(),
-            transports: OnceLock::new(),
-        });
+        let (senders, receivers): (Vec<_>, Vec<_>) = (0..executors).map(|_| mpsc::channel(config.queue_capacity.max(1))).unzip();
+        let dispatcher = Arc::new(Dispatcher { inboxes: senders.clone(), metrics: metrics.clone(), transports: OnceLock::new() });
         let transports = Transports::bind(listen, transport, dispatcher.clone()).await?;
         let _ = dispatcher.transports.set(transports.clone());
-        let bound: Vec<_> = transports
-            .local_addrs()
-            .into_iter()
-            .map(|(p, a)| (p.transport(), a))
-            .collect();
+        let bound: Vec<_> = transports.local_addrs().into_iter().map(|(p, a)| (p.transport(), a)).collect();
         let locals = Arc::new(Locals::new(&bound, config.advertised_host.as_deref()));
         let routes = Arc::new(settings.routes.clone());
         let root_seed = config.seed.unwrap_or_else(|| rand::rngs::OsRng.next_u64());
@@ -149,14 +132,7 @@ impl Container {
             });
             tasks.push(tokio::spawn(run_executor(core, rx, transports.clone())));
         }
-        Ok(Container {
-            store,
-            metrics,
-            transports,
-            executors: tasks,
-            inboxes: senders,
-            services,
-        })
+        Ok(Container { store, metrics, transports, executors: tasks, inboxes: senders, services })
     }
 
     pub fn local_addrs(&self) -> Vec<(Protocol, std::net::SocketAddr)> {
@@ -173,11 +149,7 @@ impl Container {
 
     /// The Prometheus text exposition of every metric.
     pub fn metrics_text(&self) -> String {
-        self.metrics.render(
-            self.store.live_sessions(),
-            self.store.live_app_sessions(),
-            self.transports.open_connections(),
-        )
+        self.metrics.render(self.store.live_sessions(), self.store.live_app_sessions(), self.transports.open_connections())
     }
 
     /// Stops listening, lets executors finish what is queued, and stops them.
@@ -185,10 +157,7 @@ impl Container {
         self.transports.shutdown();
         drop(self.inboxes);
         for task in self.executors {
-            if tokio::time::timeout(Duration::from_secs(2), task)
-                .await
-                .is_err()
-            {
+            if tokio::time::timeout(Duration::from_secs(2), task).await.is_err() {
                 tracing::warn!("executor did not stop in time");
             }
         }
@@ -205,9 +174,7 @@ async fn run_executor(mut core: Core, mut rx: mpsc::Receiver<Input>, transports:
     let mut last_publish = Instant::now();
     loop {
         let deadline = core.next_deadline();
-        sleep
-            .as_mut()
-            .reset(deadline.map_or_else(far, tokio::time::Instant::from_std));
+        sleep.as_mut().reset(deadline.map_or_else(far, tokio::time::Instant::from_std));
         tokio::select! {
             biased;
             input = rx.recv() => {

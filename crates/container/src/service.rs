@@ -88,22 +88,9 @@ pub trait Service: Send + Sync + 'static {
     fn on_request(&self, ctx: &mut Context<'_>, req: &Request<'_>);
 
     /// A response (or its failure) to a request the service sent on `session`.
-    fn on_response(
-        &self,
-        _ctx: &mut Context<'_>,
-        _session: SessionId,
-        _response: ResponseEvent<'_>,
-    ) {
-    }
+    fn on_response(&self, _ctx: &mut Context<'_>, _session: SessionId, _response: ResponseEvent<'_>) {}
 
-    fn on_timer(
-        &self,
-        _ctx: &mut Context<'_>,
-        _app: AppSessionId,
-        _timer: TimerId,
-        _name: &'static str,
-    ) {
-    }
+    fn on_timer(&self, _ctx: &mut Context<'_>, _app: AppSessionId, _timer: TimerId, _name: &'static str) {}
 
     /// The caller cancelled an INVITE the service had not answered; the container already
     /// answered 487 and terminated the session.

@@ -26,26 +26,12 @@ struct Harness {
     metrics: Arc<Metrics>,
 }
 
-fn harness(
-    services: Vec<(&str, Arc<dyn Service>)>,
-    routes: Vec<RouteRule>,
-    config: ContainerConfig,
-) -> Harness {
-    let services = Arc::new(Services::new(
-        services
-            .into_iter()
-            .map(|(n, s)| (n.to_string(), s))
-            .collect(),
-    ));
+fn harness(services: Vec<(&str, Arc<dyn Service>)>, routes: Vec<RouteRule>, config: ContainerConfig) -> Harness {
+    let services = Arc::new(Services::new(services.into_iter().map(|(n, s)| (n.to_string(), s)).collect()));
     let store = Arc::new(SessionStore::default());
     let metrics = Arc::new(Metrics::new(1));
-    let locals = Locals::new(
-        &[
-            (Transport::Udp, "127.0.0.1:5060".parse().unwrap()),
-            (Transport::Tcp, "127.0.0.1:5060".parse().unwrap()),
-        ],
-        None,
-    );
+    let locals =
+        Locals::new(&[(Transport::Udp, "127.0.0.1:5060".parse().unwrap()), (Transport::Tcp, "127.0.0.1:5060".parse().unwrap())], None);
     let core = Core::new(CoreParts {
         executor: 0,
         executors: 1,
@@ -57,58 +43,30 @@ fn harness(
         services,
         ids: IdSource::new(rand_chacha::ChaCha20Rng::seed_from_u64(42)),
     });
-    Harness {
-        core,
-        now: Instant::now(),
-        store,
-        metrics,
-    }
+    Harness { core, now: Instant::now(), store, metrics }
 }
 
 fn fast_config() -> ContainerConfig {
-    ContainerConfig {
-        t1: Duration::from_millis(500),
-        ..ContainerConfig::default()
-    }
+    ContainerConfig { t1: Duration::from_millis(500), ..ContainerConfig::default() }
 }
 
 impl Harness {
     fn recv(&mut self, text: &str, from: &str) {
-        let msg = tandem_sip::parse_datagram(
-            Bytes::from(text.replace('\n', "\r\n")),
-            &Default::default(),
-        )
-        .expect("test message parses");
-        let flow = Flow {
-            transport: Transport::Udp,
-            listener: 0,
-            connection: 0,
-            remote: from.parse().unwrap(),
-        };
+        let msg = tandem_sip::parse_datagram(Bytes::from(text.replace('\n', "\r\n")), &Default::default()).expect("test message parses");
+        let flow = Flow { transport: Transport::Udp, listener: 0, connection: 0, remote: from.parse().unwrap() };
         self.core.on_message(self.now, msg, flow);
     }
 
     fn recv_bytes(&mut self, bytes: Bytes, from: &str) {
         let msg = tandem_sip::parse_datagram(bytes, &Default::default()).expect("parses");
-        let flow = Flow {
-            transport: Transport::Udp,
-            listener: 0,
-            connection: 0,
-            remote: from.parse().unwrap(),
-        };
+        let flow = Flow { transport: Transport::Udp, listener: 0, connection: 0, remote: from.parse().unwrap() };
         self.core.on_message(self.now, msg, flow);
     }
 
     /// Everything sent since the last call, parsed, with its destination.
     fn sent(&mut self) -> Vec<(SocketAddr, Message)> {
         std::iter::from_fn(|| self.core.poll_transmit())
-            .map(|t| {
-                (
-                    t.flow.remote,
-                    tandem_sip::parse_datagram(t.payload, &Default::default())
-                        .expect("we send valid SIP"),
-                )
-            })
+            .map(|t| (t.flow.remote, tandem_sip::parse_datagram(t.payload, &Default::default()).expect("we send valid SIP")))
             .collect()
     }
 
@@ -125,10 +83,7 @@ impl Harness {
 fn summary(sent: &[(SocketAddr, Message)]) -> Vec<String> {
     sent.iter()
         .map(|(to, m)| match m.status() {
-            Some(s) => format!(
-                "{s} {} -> {to}",
-                m.cseq().map(|c| c.method.as_str()).unwrap_or("?")
-            ),
+            Some(s) => format!("{s} {} -> {to}", m.cseq().map(|c| c.method.as_str()).unwrap_or("?")),
             None => format!("{} -> {to}", m.method().map(|x| x.as_str()).unwrap_or("?")),
         })
         .collect()
@@ -183,8 +138,7 @@ impl Service for TestUas {
         self.log.push(format!("{:?} {}", req.kind, req.method()));
         match (req.kind, req.method()) {
             (RequestKind::Initial, Method::Invite) => {
-                ctx.answer(req, None, Some(("application/sdp", b"v=0\r\n")))
-                    .unwrap();
+                ctx.answer(req, None, Some(("application/sdp", b"v=0\r\n"))).unwrap();
             }
             (RequestKind::Initial, Method::Options) => {
                 let app = ctx.create_app_session();
@@ -204,13 +158,7 @@ impl Service for TestUas {
         }
     }
 
-    fn on_timer(
-        &self,
-        ctx: &mut Context<'_>,
-        app: AppSessionId,
-        _timer: TimerId,
-        name: &'static str,
-    ) {
+    fn on_timer(&self, ctx: &mut Context<'_>, app: AppSessionId, _timer: TimerId, name: &'static str) {
         self.log.push(format!("timer {name}"));
         if name == "hold" {
             for s in ctx.with_app(app, |a| a.sessions.clone()).unwrap() {
@@ -232,19 +180,8 @@ impl Service for TestUas {
 
 fn uas_harness(hold: Duration) -> (Harness, Arc<Log>) {
     let log = Arc::new(Log::default());
-    let uas: Arc<dyn Service> = Arc::new(TestUas {
-        hold,
-        log: log.clone(),
-        ticks: None,
-    });
-    (
-        harness(
-            vec![("uas", uas)],
-            vec![RouteRule::catch_all("uas")],
-            fast_config(),
-        ),
-        log,
-    )
+    let uas: Arc<dyn Service> = Arc::new(TestUas { hold, log: log.clone(), ticks: None });
+    (harness(vec![("uas", uas)], vec![RouteRule::catch_all("uas")], fast_config()), log)
 }
 
 #[test]
@@ -255,10 +192,7 @@ fn uas_answers_retransmits_until_ack_and_hangs_up_after_hold() {
     assert_eq!(summary(&sent), vec![format!("200 INVITE -> {CALLER}")]);
     let ok = &sent[0].1;
     let tag = ok.to_tag().expect("To tag added").to_string();
-    assert_eq!(
-        ok.contact().unwrap().uri_text,
-        "sip:127.0.0.1:5060;transport=udp"
-    );
+    assert_eq!(ok.contact().unwrap().uri_text, "sip:127.0.0.1:5060;transport=udp");
     assert_eq!(&ok.body()[..], b"v=0\r\n");
     assert_eq!(h.store.live_sessions(), 1);
 
@@ -268,10 +202,7 @@ fn uas_answers_retransmits_until_ack_and_hangs_up_after_hold() {
 
     h.recv(&in_dialog("ACK", "call-1", &tag, 1, "z9hG4bKack1"), CALLER);
     h.advance(Duration::from_millis(1900));
-    assert!(
-        h.sent().is_empty(),
-        "no retransmission after the ACK, no BYE before the hold ends"
-    );
+    assert!(h.sent().is_empty(), "no retransmission after the ACK, no BYE before the hold ends");
 
     h.advance(Duration::from_millis(200));
     let sent = h.sent();
@@ -289,19 +220,8 @@ fn uas_answers_retransmits_until_ack_and_hangs_up_after_hold() {
         bye.cseq().unwrap().seq
     );
     h.recv(&bye_ok, CALLER);
-    assert_eq!(
-        (h.store.live_sessions(), h.store.live_app_sessions()),
-        (0, 0)
-    );
-    assert_eq!(
-        log.take(),
-        vec![
-            "Initial INVITE",
-            "InDialog ACK",
-            "timer hold",
-            "response 200"
-        ]
-    );
+    assert_eq!((h.store.live_sessions(), h.store.live_app_sessions()), (0, 0));
+    assert_eq!(log.take(), vec!["Initial INVITE", "InDialog ACK", "timer hold", "response 200"]);
 }
 
 #[test]
@@ -315,10 +235,7 @@ fn caller_hangs_up_first_and_the_hold_timer_dies_with_the_session() {
     assert_eq!(h.store.live_sessions(), 0);
     h.advance(Duration::from_secs(5));
     assert!(h.sent().is_empty());
-    assert_eq!(
-        log.take(),
-        vec!["Initial INVITE", "InDialog ACK", "InDialog BYE"]
-    );
+    assert_eq!(log.take(), vec!["Initial INVITE", "InDialog ACK", "InDialog BYE"]);
     // A BYE for the gone dialog gets 481.
     h.recv(&in_dialog("BYE", "call-2", &tag, 3, "z9hG4bKbye3"), CALLER);
     assert_eq!(summary(&h.sent()), vec![format!("481 BYE -> {CALLER}")]);
@@ -331,37 +248,18 @@ fn unacknowledged_2xx_ends_with_bye_after_64_t1() {
     h.sent();
     h.advance(Duration::from_secs(33));
     let sent = h.sent();
-    assert!(
-        sent.iter().filter(|(_, m)| m.status() == Some(200)).count() >= 5,
-        "{:?}",
-        summary(&sent)
-    );
-    assert_eq!(
-        sent.last().map(|(_, m)| m.method().cloned()),
-        Some(Some(Method::Bye)),
-        "{:?}",
-        summary(&sent)
-    );
+    assert!(sent.iter().filter(|(_, m)| m.status() == Some(200)).count() >= 5, "{:?}", summary(&sent));
+    assert_eq!(sent.last().map(|(_, m)| m.method().cloned()), Some(Some(Method::Bye)), "{:?}", summary(&sent));
     assert_eq!(log.take(), vec!["Initial INVITE"]);
 }
 
 #[test]
 fn abandoned_application_sessions_expire_and_periodic_timers_tick() {
     let log = Arc::new(Log::default());
-    let uas: Arc<dyn Service> = Arc::new(TestUas {
-        hold: Duration::from_secs(1),
-        log: log.clone(),
-        ticks: Some(Duration::from_millis(300)),
-    });
-    let config = ContainerConfig {
-        app_session_expiry: Duration::from_secs(1),
-        ..fast_config()
-    };
-    let mut h = harness(
-        vec![("uas", uas)],
-        vec![RouteRule::catch_all("uas")],
-        config,
-    );
+    let uas: Arc<dyn Service> =
+        Arc::new(TestUas { hold: Duration::from_secs(1), log: log.clone(), ticks: Some(Duration::from_millis(300)) });
+    let config = ContainerConfig { app_session_expiry: Duration::from_secs(1), ..fast_config() };
+    let mut h = harness(vec![("uas", uas)], vec![RouteRule::catch_all("uas")], config);
     let options = "OPTIONS sip:service@127.0.0.1 SIP/2.0\nVia: SIP/2.0/UDP 127.0.0.1:5061;branch=z9hG4bKo1\nFrom: <sip:a@b>;tag=1\nTo: <sip:s@b>\nCall-ID: o1\nCSeq: 1 OPTIONS\nContent-Length: 0\n\n";
     h.recv(options, CALLER);
     assert_eq!(h.store.live_app_sessions(), 1);
@@ -378,20 +276,9 @@ fn abandoned_application_sessions_expire_and_periodic_timers_tick() {
 #[test]
 fn idle_application_session_expires() {
     let log = Arc::new(Log::default());
-    let uas: Arc<dyn Service> = Arc::new(TestUas {
-        hold: Duration::from_secs(1),
-        log: log.clone(),
-        ticks: None,
-    });
-    let config = ContainerConfig {
-        app_session_expiry: Duration::from_secs(1),
-        ..fast_config()
-    };
-    let mut h = harness(
-        vec![("uas", uas)],
-        vec![RouteRule::catch_all("uas")],
-        config,
-    );
+    let uas: Arc<dyn Service> = Arc::new(TestUas { hold: Duration::from_secs(1), log: log.clone(), ticks: None });
+    let config = ContainerConfig { app_session_expiry: Duration::from_secs(1), ..fast_config() };
+    let mut h = harness(vec![("uas", uas)], vec![RouteRule::catch_all("uas")], config);
     let options = "OPTIONS sip:service@127.0.0.1 SIP/2.0\nVia: SIP/2.0/UDP 127.0.0.1:5061;branch=z9hG4bKo1\nFrom: <sip:a@b>;tag=1\nTo: <sip:s@b>\nCall-ID: o1\nCSeq: 1 OPTIONS\nContent-Length: 0\n\n";
     h.recv(options, CALLER);
     assert_eq!(h.store.live_app_sessions(), 1);
@@ -407,57 +294,25 @@ fn rfc3261_checks_before_the_service() {
     let (mut h, log) = uas_harness(Duration::from_secs(2));
     let base = invite("c-check", "z9hG4bKc1");
     let cases: Vec<(String, u16)> = vec![
-        (
-            base.replace(
-                "INVITE sip:service@127.0.0.1:5060",
-                "INVITE im:service@example.com",
-            ),
-            416,
-        ),
-        (
-            base.replace("CSeq: 1 INVITE", "Require: 100rel\nCSeq: 1 INVITE"),
-            420,
-        ),
-        (
-            base.replace("application/sdp", "application/unknownformat"),
-            415,
-        ),
-        (
-            base.replace(
-                "CSeq: 1 INVITE",
-                "Accept: text/nobodyKnowsThis\nCSeq: 1 INVITE",
-            ),
-            406,
-        ),
+        (base.replace("INVITE sip:service@127.0.0.1:5060", "INVITE im:service@example.com"), 416),
+        (base.replace("CSeq: 1 INVITE", "Require: 100rel\nCSeq: 1 INVITE"), 420),
+        (base.replace("application/sdp", "application/unknownformat"), 415),
+        (base.replace("CSeq: 1 INVITE", "Accept: text/nobodyKnowsThis\nCSeq: 1 INVITE"), 406),
         (base.replace("INVITE", "SUBSCRIBE"), 405),
         (in_dialog("BYE", "nope", "unknown-tag", 2, "z9hG4bKc2"), 481),
-        (
-            in_dialog("CANCEL", "nope", "unknown-tag", 2, "z9hG4bKc3")
-                .replace("CSeq: 2 CANCEL", "CSeq: 2 CANCEL"),
-            481,
-        ),
+        (in_dialog("CANCEL", "nope", "unknown-tag", 2, "z9hG4bKc3").replace("CSeq: 2 CANCEL", "CSeq: 2 CANCEL"), 481),
     ];
     for (i, (text, status)) in cases.iter().enumerate() {
         let text = text.replace("z9hG4bKc1", &format!("z9hG4bKcase{i}"));
         h.recv(&text, CALLER);
         let sent = h.sent();
-        assert_eq!(
-            sent.iter().map(|(_, m)| m.status()).collect::<Vec<_>>(),
-            vec![Some(*status)],
-            "case {i}: {text}"
-        );
+        assert_eq!(sent.iter().map(|(_, m)| m.status()).collect::<Vec<_>>(), vec![Some(*status)], "case {i}: {text}");
     }
     let with_require = base.replace("CSeq: 1 INVITE", "Require: timer\nCSeq: 1 INVITE");
     h.recv(&with_require, CALLER);
-    assert_eq!(
-        h.sent()[0].1.status(),
-        Some(200),
-        "supported extensions pass"
-    );
+    assert_eq!(h.sent()[0].1.status(), Some(200), "supported extensions pass");
     assert_eq!(log.take(), vec!["Initial INVITE"]);
-    assert!(h.metrics.render(0, 0, 0).contains(
-        "tandem_messages_out_total{method=\"INVITE\",status_class=\"4xx\",transport=\"udp\"} 4"
-    ));
+    assert!(h.metrics.render(0, 0, 0).contains("tandem_messages_out_total{method=\"INVITE\",status_class=\"4xx\",transport=\"udp\"} 4"));
 }
 
 #[test]
@@ -468,11 +323,7 @@ fn invalid_requests_are_answered_statelessly_and_invalid_responses_dropped() {
     let sent = h.sent();
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].1.status(), Some(400));
-    assert!(sent[0]
-        .1
-        .header_by_name("Warning")
-        .unwrap()
-        .contains("CSeq method"));
+    assert!(sent[0].1.header_by_name("Warning").unwrap().contains("CSeq method"));
     let bad_response = "SIP/2.0 200 OK\nVia: SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bKx\nFrom: <sip:a@b>;tag=1\nTo: <sip:c@d>;tag=2\nCall-ID: x\nCSeq: 99999999999 INVITE\nContent-Length: 0\n\n";
     h.recv_bytes(Bytes::from(bad_response.replace('\n', "\r\n")), CALLER);
     assert!(h.sent().is_empty());
@@ -485,11 +336,8 @@ struct TestProxy(Option<Destination>);
 impl Service for TestProxy {
     fn on_request(&self, ctx: &mut Context<'_>, req: &Request<'_>) {
         let options = match req.kind {
-            RequestKind::Initial => ProxyOptions {
-                destination: self.0,
-                record_route: true,
-            },
-            _ => ProxyOptions::default(),
+            RequestKind::Initial => ProxyOptions { destination: self.0, fallback: None, record_route: true },
+            _ => ProxyOptions { destination: None, fallback: self.0, record_route: false },
         };
         let _ = ctx.proxy(req, options);
     }
@@ -497,11 +345,7 @@ impl Service for TestProxy {
 
 fn proxy_harness() -> Harness {
     let proxy: Arc<dyn Service> = Arc::new(TestProxy(Destination::parse(CALLEE)));
-    harness(
-        vec![("proxy", proxy)],
-        vec![RouteRule::catch_all("proxy")],
-        fast_config(),
-    )
+    harness(vec![("proxy", proxy)], vec![RouteRule::catch_all("proxy")], fast_config())
 }
 
 fn answer(request: &Message, status: u16, to_tag: Option<&str>, extra: &str) -> String {
@@ -526,13 +370,7 @@ fn proxy_200_call_flow_with_record_route_and_loose_routing() {
     let mut h = proxy_harness();
     h.recv(&invite("p-1", "z9hG4bKup1"), CALLER);
     let sent = h.sent();
-    assert_eq!(
-        summary(&sent),
-        vec![
-            format!("100 INVITE -> {CALLER}"),
-            format!("INVITE -> {CALLEE}")
-        ]
-    );
+    assert_eq!(summary(&sent), vec![format!("100 INVITE -> {CALLER}"), format!("INVITE -> {CALLEE}")]);
     let fwd = sent[1].1.clone();
     assert_eq!(fwd.via_header_count(), 2);
     assert_eq!(fwd.max_forwards(), Some(69));
@@ -541,21 +379,10 @@ fn proxy_200_call_flow_with_record_route_and_loose_routing() {
 
     let ringing = answer(&fwd, 180, Some("bob1"), "");
     h.recv(&ringing, CALLEE);
-    let ok = answer(
-        &fwd,
-        200,
-        Some("bob1"),
-        &format!("Record-Route: {rr}\nContact: <sip:bob@{CALLEE}>\n"),
-    );
+    let ok = answer(&fwd, 200, Some("bob1"), &format!("Record-Route: {rr}\nContact: <sip:bob@{CALLEE}>\n"));
     h.recv(&ok, CALLEE);
     let sent = h.sent();
-    assert_eq!(
-        summary(&sent),
-        vec![
-            format!("180 INVITE -> {CALLER}"),
-            format!("200 INVITE -> {CALLER}")
-        ]
-    );
+    assert_eq!(summary(&sent), vec![format!("180 INVITE -> {CALLER}"), format!("200 INVITE -> {CALLER}")]);
     assert_eq!(sent[1].1.via_header_count(), 1);
     assert_eq!(sent[1].1.branch(), Some("z9hG4bKup1"));
     // A retransmitted 2xx is relayed again (RFC 6026).
@@ -567,16 +394,27 @@ fn proxy_200_call_flow_with_record_route_and_loose_routing() {
     h.recv(&ack, CALLER);
     let sent = h.sent();
     assert_eq!(summary(&sent), vec![format!("ACK -> {CALLEE}")]);
-    assert_eq!(
-        sent[0].1.route_values().count(),
-        0,
-        "our Route value is consumed"
-    );
-    let bye = ack
-        .replace("ACK sip", "BYE sip")
-        .replace("CSeq: 1 ACK", "CSeq: 2 BYE")
-        .replace("z9hG4bKack", "z9hG4bKbye");
+    assert_eq!(sent[0].1.route_values().count(), 0, "our Route value is consumed");
+    let bye = ack.replace("ACK sip", "BYE sip").replace("CSeq: 1 ACK", "CSeq: 2 BYE").replace("z9hG4bKack", "z9hG4bKbye");
     h.recv(&bye, CALLER);
+    let sent = h.sent();
+    assert_eq!(summary(&sent), vec![format!("BYE -> {CALLEE}")]);
+    h.recv(&answer(&sent[0].1, 200, None, ""), CALLEE);
+    assert_eq!(summary(&h.sent()), vec![format!("200 BYE -> {CALLER}")]);
+}
+
+#[test]
+fn proxy_relays_mid_dialog_requests_of_uas_that_ignore_record_route() {
+    let mut h = proxy_harness();
+    h.recv(&invite("p-5", "z9hG4bKup5"), CALLER);
+    let fwd = h.sent()[1].1.clone();
+    h.recv(&answer(&fwd, 200, Some("bob5"), ""), CALLEE);
+    h.sent();
+    // SIPp's built-in uac sends ACK and BYE to the Request-URI (us), with no Route.
+    let ack = in_dialog("ACK", "p-5", "bob5", 1, "z9hG4bKack5");
+    h.recv(&ack, CALLER);
+    assert_eq!(summary(&h.sent()), vec![format!("ACK -> {CALLEE}")]);
+    h.recv(&in_dialog("BYE", "p-5", "bob5", 2, "z9hG4bKbye5"), CALLER);
     let sent = h.sent();
     assert_eq!(summary(&sent), vec![format!("BYE -> {CALLEE}")]);
     h.recv(&answer(&sent[0].1, 200, None, ""), CALLEE);
@@ -590,22 +428,10 @@ fn proxy_answers_408_when_the_next_hop_is_silent_and_483_at_zero_hops() {
     h.sent();
     h.advance(Duration::from_secs(33));
     let sent = h.sent();
-    assert!(
-        sent.iter()
-            .filter(|(_, m)| m.method() == Some(&Method::Invite))
-            .count()
-            >= 6,
-        "Timer A retransmissions"
-    );
+    assert!(sent.iter().filter(|(_, m)| m.method() == Some(&Method::Invite)).count() >= 6, "Timer A retransmissions");
     let statuses: Vec<u16> = sent.iter().filter_map(|(_, m)| m.status()).collect();
-    assert!(
-        !statuses.is_empty() && statuses.iter().all(|s| *s == 408),
-        "{statuses:?} (a 408 not acknowledged is retransmitted)"
-    );
-    h.recv(
-        &invite("p-3", "z9hG4bKup3").replace("Max-Forwards: 70", "Max-Forwards: 0"),
-        CALLER,
-    );
+    assert!(!statuses.is_empty() && statuses.iter().all(|s| *s == 408), "{statuses:?} (a 408 not acknowledged is retransmitted)");
+    h.recv(&invite("p-3", "z9hG4bKup3").replace("Max-Forwards: 70", "Max-Forwards: 0"), CALLER);
     assert_eq!(summary(&h.sent()), vec![format!("483 INVITE -> {CALLER}")]);
 }
 
@@ -619,24 +445,12 @@ fn proxy_cancel_goes_downstream_and_487_comes_back() {
     let cancel = format!("CANCEL sip:service@127.0.0.1:5060 SIP/2.0\nVia: SIP/2.0/UDP {CALLER};branch=z9hG4bKup4\nMax-Forwards: 70\nFrom: <sip:alice@127.0.0.1>;tag=alice1\nTo: <sip:service@127.0.0.1>\nCall-ID: p-4\nCSeq: 1 CANCEL\nContent-Length: 0\n\n");
     h.recv(&cancel, CALLER);
     let sent = h.sent();
-    assert_eq!(
-        summary(&sent),
-        vec![
-            format!("200 CANCEL -> {CALLER}"),
-            format!("CANCEL -> {CALLEE}")
-        ]
-    );
+    assert_eq!(summary(&sent), vec![format!("200 CANCEL -> {CALLER}"), format!("CANCEL -> {CALLEE}")]);
     assert_eq!(sent[1].1.branch(), fwd.branch());
     h.recv(&answer(&sent[1].1, 200, Some("bob4"), ""), CALLEE);
     h.recv(&answer(&fwd, 487, Some("bob4"), ""), CALLEE);
     let sent = h.sent();
-    assert_eq!(
-        summary(&sent),
-        vec![
-            format!("ACK -> {CALLEE}"),
-            format!("487 INVITE -> {CALLER}")
-        ]
-    );
+    assert_eq!(summary(&sent), vec![format!("ACK -> {CALLEE}"), format!("487 INVITE -> {CALLER}")]);
 }
 
 // ---------------------------------------------------------------- UAC legs
@@ -652,21 +466,10 @@ impl Service for Bridge {
             (RequestKind::Initial, Method::Invite) => {
                 let app = ctx.create_app_session();
                 let leg = ctx
-                    .create_uac_session(
-                        app,
-                        "sip:bridge@127.0.0.1",
-                        &format!("sip:bob@{CALLEE}"),
-                        Destination::parse(CALLEE).unwrap(),
-                    )
+                    .create_uac_session(app, "sip:bridge@127.0.0.1", &format!("sip:bob@{CALLEE}"), Destination::parse(CALLEE).unwrap())
                     .unwrap();
-                ctx.with_app(app, |a| {
-                    a.attributes.set(
-                        "caller_call",
-                        crate::AttrValue::Str(req.msg.call_id().into()),
-                    )
-                });
-                ctx.send_invite(leg, Some(("application/sdp", b"v=0\r\n")))
-                    .unwrap();
+                ctx.with_app(app, |a| a.attributes.set("caller_call", crate::AttrValue::Str(req.msg.call_id().into())));
+                ctx.send_invite(leg, Some(("application/sdp", b"v=0\r\n"))).unwrap();
                 self.log.push(format!("leg {leg}"));
             }
             _ => ctx.respond(req, 200),
@@ -683,42 +486,20 @@ impl Service for Bridge {
 fn uac_legs_get_their_dialog_from_the_2xx_and_are_acknowledged() {
     let log = Arc::new(Log::default());
     let bridge: Arc<dyn Service> = Arc::new(Bridge { log: log.clone() });
-    let mut h = harness(
-        vec![("bridge", bridge)],
-        vec![RouteRule::catch_all("bridge")],
-        fast_config(),
-    );
+    let mut h = harness(vec![("bridge", bridge)], vec![RouteRule::catch_all("bridge")], fast_config());
     h.recv(&invite("b-1", "z9hG4bKb1"), CALLER);
     let sent = h.sent();
     assert_eq!(summary(&sent), vec![format!("INVITE -> {CALLEE}")]);
     let leg_invite = sent[0].1.clone();
     assert!(leg_invite.call_id().ends_with("@tandem"));
-    assert_eq!(
-        leg_invite.contact().unwrap().uri_text,
-        "sip:127.0.0.1:5060;transport=udp"
-    );
+    assert_eq!(leg_invite.contact().unwrap().uri_text, "sip:127.0.0.1:5060;transport=udp");
     let leg_id: SessionId = log.take()[0].trim_start_matches("leg ").parse().unwrap();
     assert!(h.store.session(leg_id).is_some(), "the session ID resolves");
-    h.recv(
-        &answer(
-            &leg_invite,
-            200,
-            Some("bob9"),
-            &format!("Contact: <sip:bob@127.0.0.1:5071>\n"),
-        ),
-        CALLEE,
-    );
+    h.recv(&answer(&leg_invite, 200, Some("bob9"), &format!("Contact: <sip:bob@127.0.0.1:5071>\n")), CALLEE);
     let sent = h.sent();
-    assert_eq!(
-        summary(&sent),
-        vec!["ACK -> 127.0.0.1:5071".to_string()],
-        "ACK goes to the remote target"
-    );
+    assert_eq!(summary(&sent), vec!["ACK -> 127.0.0.1:5071".to_string()], "ACK goes to the remote target");
     assert_eq!(sent[0].1.to_tag(), Some("bob9"));
-    assert_eq!(
-        sent[0].1.cseq().map(|c| c.seq),
-        leg_invite.cseq().map(|c| c.seq)
-    );
+    assert_eq!(sent[0].1.cseq().map(|c| c.seq), leg_invite.cseq().map(|c| c.seq));
     assert_eq!(log.take(), vec!["200 Confirmed"]);
 }
 

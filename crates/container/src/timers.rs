@@ -80,24 +80,14 @@ mod tests {
     fn one_shot_periodic_and_cancel() {
         let t0 = Instant::now();
         let mut q = TimerQueue::default();
-        let e = |name, period| TimerEntry {
-            app: AppSessionId(1),
-            service: 0,
-            name,
-            period,
-        };
+        let e = |name, period| TimerEntry { app: AppSessionId(1), service: 0, name, period };
         let a = q.arm(t0 + Duration::from_secs(2), e("once", None));
-        let p = q.arm(
-            t0 + Duration::from_secs(1),
-            e("tick", Some(Duration::from_secs(1))),
-        );
+        let p = q.arm(t0 + Duration::from_secs(1), e("tick", Some(Duration::from_secs(1))));
         let c = q.arm(t0 + Duration::from_millis(500), e("cancelled", None));
         assert!(q.cancel(c));
         assert_eq!(q.next_deadline(), Some(t0 + Duration::from_secs(1)));
         assert!(q.pop_due(t0).is_none());
-        let fired: Vec<_> = std::iter::from_fn(|| q.pop_due(t0 + Duration::from_secs(2)))
-            .map(|(id, e)| (id, e.name))
-            .collect();
+        let fired: Vec<_> = std::iter::from_fn(|| q.pop_due(t0 + Duration::from_secs(2))).map(|(id, e)| (id, e.name)).collect();
         assert_eq!(fired, vec![(p, "tick"), (a, "once"), (p, "tick")]);
         assert_eq!(q.len(), 1);
         assert_eq!(q.next_deadline(), Some(t0 + Duration::from_secs(3)));

@@ -28,21 +28,15 @@ impl Proxy {
             Some(s) => Some(Destination::parse(s).ok_or_else(|| InvalidNextHop(s.clone()))?),
             None => None,
         };
-        Ok(Proxy {
-            next_hop,
-            record_route: config.record_route.unwrap_or(true),
-        })
+        Ok(Proxy { next_hop, record_route: config.record_route.unwrap_or(true) })
     }
 }
 
 impl Service for Proxy {
     fn on_request(&self, ctx: &mut Context<'_>, req: &Request<'_>) {
         let options = match req.kind {
-            RequestKind::Initial => ProxyOptions {
-                destination: self.next_hop,
-                record_route: self.record_route,
-            },
-            RequestKind::Routed | RequestKind::InDialog => ProxyOptions::default(),
+            RequestKind::Initial => ProxyOptions { destination: self.next_hop, fallback: None, record_route: self.record_route },
+            RequestKind::Routed | RequestKind::InDialog => ProxyOptions { destination: None, fallback: self.next_hop, record_route: false },
         };
         if let Err(e) = ctx.proxy(req, options) {
             tracing::debug!(error = %e, "proxy could not forward");

@@ -4,10 +4,7 @@
 use bytes::Bytes;
 use serde::Deserialize;
 use std::time::Duration;
-use tandem_container::{
-    AppSessionId, Context, Request, RequestKind, ResponseEvent, Service, SessionId, SessionState,
-    TimerId, UaProfile,
-};
+use tandem_container::{AppSessionId, Context, Request, RequestKind, ResponseEvent, Service, SessionId, SessionState, TimerId, UaProfile};
 use tandem_sip::Method;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -23,17 +20,11 @@ pub struct UasConfig {
 
 impl Default for UasConfig {
     fn default() -> Self {
-        UasConfig {
-            hold: Duration::from_secs(180),
-            media_address: "127.0.0.1".into(),
-            media_port: 6000,
-        }
+        UasConfig { hold: Duration::from_secs(180), media_address: "127.0.0.1".into(), media_port: 6000 }
     }
 }
 
-const ALLOWED: &[&str] = &[
-    "INVITE", "ACK", "BYE", "CANCEL", "OPTIONS", "UPDATE", "INFO",
-];
+const ALLOWED: &[&str] = &["INVITE", "ACK", "BYE", "CANCEL", "OPTIONS", "UPDATE", "INFO"];
 
 static PROFILE: UaProfile = UaProfile {
     allowed_methods: ALLOWED,
@@ -58,17 +49,11 @@ impl Uas {
             a = config.media_address,
             p = config.media_port
         );
-        Uas {
-            hold: config.hold,
-            sdp: Bytes::from(sdp),
-        }
+        Uas { hold: config.hold, sdp: Bytes::from(sdp) }
     }
 
     fn allow_headers() -> [(&'static str, &'static str); 2] {
-        [
-            ("Allow", "INVITE, ACK, BYE, CANCEL, OPTIONS, UPDATE, INFO"),
-            ("Accept", SDP),
-        ]
+        [("Allow", "INVITE, ACK, BYE, CANCEL, OPTIONS, UPDATE, INFO"), ("Accept", SDP)]
     }
 }
 
@@ -94,19 +79,13 @@ impl Service for Uas {
                     }
                 }
             }
-            (RequestKind::Initial, Method::Options, _, _) => {
-                ctx.respond_with(req, 200, &Self::allow_headers(), None)
-            }
-            (RequestKind::InDialog, Method::Ack, Some(session), Some(app)) => {
-                self.start_hold(ctx, session, app)
-            }
+            (RequestKind::Initial, Method::Options, _, _) => ctx.respond_with(req, 200, &Self::allow_headers(), None),
+            (RequestKind::InDialog, Method::Ack, Some(session), Some(app)) => self.start_hold(ctx, session, app),
             (RequestKind::InDialog, Method::Bye, _, Some(app)) => {
                 ctx.respond(req, 200);
                 ctx.invalidate(app);
             }
-            (RequestKind::InDialog, Method::Invite, _, _) => {
-                ctx.respond_with(req, 200, &[], Some((SDP, &self.sdp)))
-            }
+            (RequestKind::InDialog, Method::Invite, _, _) => ctx.respond_with(req, 200, &[], Some((SDP, &self.sdp))),
             (RequestKind::InDialog, Method::Ack, _, _) => {}
             (RequestKind::InDialog, _, _, _) => ctx.respond(req, 200),
             (_, Method::Ack, _, _) => {}
@@ -114,19 +93,11 @@ impl Service for Uas {
         }
     }
 
-    fn on_timer(
-        &self,
-        ctx: &mut Context<'_>,
-        app: AppSessionId,
-        _timer: TimerId,
-        name: &'static str,
-    ) {
+    fn on_timer(&self, ctx: &mut Context<'_>, app: AppSessionId, _timer: TimerId, name: &'static str) {
         if name != HOLD_TIMER {
             return;
         }
-        let sessions = ctx
-            .with_app(app, |a| a.sessions.clone())
-            .unwrap_or_default();
+        let sessions = ctx.with_app(app, |a| a.sessions.clone()).unwrap_or_default();
         for session in sessions {
             if let Err(e) = ctx.send_bye(session) {
                 tracing::debug!(error = %e, "uas could not send BYE");
@@ -156,11 +127,9 @@ impl Uas {
     fn start_hold(&self, ctx: &mut Context<'_>, session: SessionId, app: AppSessionId) {
         let first_ack = ctx
             .with_session(session, |_, s| {
-                let first = s.state == SessionState::Confirmed
-                    && s.attributes.get_bool(HOLD_ARMED).is_none();
+                let first = s.state == SessionState::Confirmed && s.attributes.get_bool(HOLD_ARMED).is_none();
                 if first {
-                    s.attributes
-                        .set(HOLD_ARMED, tandem_container::AttrValue::Bool(true));
+                    s.attributes.set(HOLD_ARMED, tandem_container::AttrValue::Bool(true));
                 }
                 first
             })
