@@ -64,7 +64,9 @@ impl CoreState {
             return Ok(());
         }
         let natural = next_hop_of(msg, req.consumed_route);
-        let is_self = natural.is_some_and(|d| self.locals.listeners.iter().any(|l| l.addr == d.addr || (l.addr.ip().is_unspecified() && l.addr.port() == d.addr.port())));
+        let is_self = natural.is_some_and(|d| {
+            self.locals.listeners.iter().any(|l| l.addr == d.addr || (l.addr.ip().is_unspecified() && l.addr.port() == d.addr.port()))
+        });
         let dest = match (options.destination, natural) {
             (Some(d), _) => d,
             (None, Some(d)) if !is_self => d,
@@ -95,7 +97,7 @@ impl CoreState {
         self.client_owner.insert(client_tx, ClientOwner::Proxy { server_tx: Some(server_tx) });
         self.server_owner.insert(server_tx, ServerOwner::Proxy);
         let context = self.proxies.entry(server_tx).or_insert_with(|| ProxyContext {
-            upstream: msg.clone(),
+            upstream: Some(msg.clone()),
             branches: SmallVec::new(),
             final_sent: false,
         });
