@@ -18,6 +18,8 @@ use tandem_transport::{ListenSpec, Protocol, Sink, TransportConfig, Transports};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+// Nearly every input is a message: boxing it would add an allocation per message.
+#[allow(clippy::large_enum_variant)]
 enum Input {
     Message(Message, Flow),
     FlowClosed(Flow),

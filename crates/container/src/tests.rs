@@ -300,7 +300,7 @@ fn rfc3261_checks_before_the_service() {
         (base.replace("CSeq: 1 INVITE", "Accept: text/nobodyKnowsThis\nCSeq: 1 INVITE"), 406),
         (base.replace("INVITE", "SUBSCRIBE"), 405),
         (in_dialog("BYE", "nope", "unknown-tag", 2, "z9hG4bKc2"), 481),
-        (in_dialog("CANCEL", "nope", "unknown-tag", 2, "z9hG4bKc3").replace("CSeq: 2 CANCEL", "CSeq: 2 CANCEL"), 481),
+        (in_dialog("CANCEL", "nope", "unknown-tag", 2, "z9hG4bKc3"), 481),
     ];
     for (i, (text, status)) in cases.iter().enumerate() {
         let text = text.replace("z9hG4bKc1", &format!("z9hG4bKcase{i}"));
@@ -495,7 +495,7 @@ fn uac_legs_get_their_dialog_from_the_2xx_and_are_acknowledged() {
     assert_eq!(leg_invite.contact().unwrap().uri_text, "sip:127.0.0.1:5060;transport=udp");
     let leg_id: SessionId = log.take()[0].trim_start_matches("leg ").parse().unwrap();
     assert!(h.store.session(leg_id).is_some(), "the session ID resolves");
-    h.recv(&answer(&leg_invite, 200, Some("bob9"), &format!("Contact: <sip:bob@127.0.0.1:5071>\n")), CALLEE);
+    h.recv(&answer(&leg_invite, 200, Some("bob9"), "Contact: <sip:bob@127.0.0.1:5071>\n"), CALLEE);
     let sent = h.sent();
     assert_eq!(summary(&sent), vec!["ACK -> 127.0.0.1:5071".to_string()], "ACK goes to the remote target");
     assert_eq!(sent[0].1.to_tag(), Some("bob9"));

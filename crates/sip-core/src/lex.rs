@@ -154,6 +154,20 @@ pub(crate) fn find_param<'a>(s: &'a str, name: &str) -> Option<Option<&'a str>> 
     }
     None
 }
+/// Position of the first `<` outside quoted strings; `None` if a quote is unbalanced.
+pub(crate) fn find_top_level_lt(s: &str) -> Option<Option<usize>> {
+    let bytes = s.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => i = skip_quoted(bytes, i)?,
+            b'<' => return Some(Some(i)),
+            _ => i += 1,
+        }
+    }
+    Some(None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,16 +197,3 @@ mod tests {
     }
 }
 
-/// Position of the first `<` outside quoted strings; `None` if a quote is unbalanced.
-pub(crate) fn find_top_level_lt(s: &str) -> Option<Option<usize>> {
-    let bytes = s.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'"' => i = skip_quoted(bytes, i)?,
-            b'<' => return Some(Some(i)),
-            _ => i += 1,
-        }
-    }
-    Some(None)
-}

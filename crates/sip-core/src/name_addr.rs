@@ -78,7 +78,7 @@ fn display_name_valid(d: &str) -> bool {
     if d.starts_with('"') {
         return lex::skip_quoted(d.as_bytes(), 0) == Some(d.len());
     }
-    d.split(|c: char| c == ' ' || c == '\t' || c == '\r' || c == '\n')
+    d.split([' ', '\t', '\r', '\n'])
         .filter(|w| !w.is_empty())
         .all(lex::is_token)
 }
