@@ -10,7 +10,7 @@ use crate::service::{Request, ServiceId};
 use crate::session::{AppSession, Dialog, LegRole, SessionState, SipSession};
 use crate::store::SessionCell;
 use crate::timers::TimerEntry;
-use crate::{executor_for, ContainerError};
+use crate::{executor_for, ContainerError, Post};
 use bytes::Bytes;
 use smallvec::SmallVec;
 use std::time::{Duration, Instant};
@@ -112,11 +112,95 @@ impl<'a> Context<'a> {
             attributes: Default::default(),
             invite_tx: Some(tx),
             answered: true,
+            pending_invite: None,
         })?;
         self.st.server_owner.insert(tx, ServerOwner::Session(id));
         self.st.metrics.message_out(Some(&Method::Invite), Some(200), req.flow.transport);
         self.st.layer.respond(self.now, tx, 200, bytes, true);
         Ok(id)
+    }
+
+    /// Accepts an initial INVITE as a UAS without answering it yet: the SIP session (and an
+    /// application session unless `app` is given) exists from now on, in state `Early`;
+    /// answer later with [`Self::answer_session`]. A CANCEL before the answer is answered 487
+    /// by the container (the service hears `on_cancelled`).
+    pub fn accept(&mut self, req: &Request<'_>, app: Option<AppSessionId>) -> Result<SessionId, ContainerError> {
+        let msg = req.msg;
+        let tx = req.tx.ok_or(ContainerError::NotAnInvite)?;
+        if msg.method() != Some(&Method::Invite) || req.session.is_some() {
+            return Err(ContainerError::NotAnInvite);
+        }
+        let app = match app {
+            Some(a) => a,
+            None => self.create_app_session(),
+        };
+        let id = SessionId(self.st.ids.u128());
+        let local_tag = self.st.ids.tag();
+        self.register_session(SipSession {
+            id,
+            app,
+            service: self.service,
+            home: self.st.executor,
+            role: LegRole::Uas,
+            state: SessionState::Early,
+            dialog: uas_dialog(msg, &local_tag, req.flow),
+            attributes: Default::default(),
+            invite_tx: Some(tx),
+            answered: false,
+            pending_invite: Some(msg.clone()),
+        })?;
+        self.st.server_owner.insert(tx, ServerOwner::Session(id));
+        Ok(id)
+    }
+
+    /// Answers the INVITE of a session made by [`Self::accept`]: a 2xx (with our Contact,
+    /// retransmitted until the ACK) or a final failure (the session is then terminated).
+    pub fn answer_session(&mut self, session: &mut SipSession, status: u16, body: Option<(&str, &[u8])>) -> Result<(), ContainerError> {
+        let (Some(invite), Some(tx)) = (session.pending_invite.take(), session.invite_tx) else {
+            return Err(ContainerError::NotAnInvite);
+        };
+        session.answered = true;
+        let listener = self.listener_for_flow(session.dialog.flow)?;
+        let tag = session.dialog.local_tag.clone();
+        let mut b = ResponseBuilder::new(&invite, status, crate::core::CoreState::reason_phrase(status), Some(&tag));
+        if (200..300).contains(&status) {
+            b.writer().header("Contact", &contact_value(&listener));
+            b.writer().copy_headers_named(&invite, HeaderName::RecordRoute);
+        } else {
+            session.state = SessionState::Terminated;
+            session.invite_tx = None;
+            self.st.server_owner.remove(&tx);
+        }
+        let bytes = match body {
+            Some((ct, body)) => b.body(ct, body),
+            None => b.finish(),
+        };
+        self.st.metrics.message_out(Some(&Method::Invite), Some(status), session.dialog.flow.transport);
+        self.st.layer.respond(self.now, tx, status, bytes, (200..300).contains(&status));
+        Ok(())
+    }
+
+    /// A provisional response (e.g. 180) on the INVITE of a session made by [`Self::accept`].
+    pub fn provisional(&mut self, session: &SipSession, status: u16) -> Result<(), ContainerError> {
+        let (Some(invite), Some(tx)) = (session.pending_invite.as_ref(), session.invite_tx) else {
+            return Err(ContainerError::NotAnInvite);
+        };
+        let b = ResponseBuilder::new(invite, status, crate::core::CoreState::reason_phrase(status), Some(&session.dialog.local_tag));
+        self.st.metrics.message_out(Some(&Method::Invite), Some(status), session.dialog.flow.transport);
+        self.st.layer.respond(self.now, tx, status, b.finish(), false);
+        Ok(())
+    }
+
+    /// The executor that owns a session's dialog (where its requests must be sent from).
+    pub fn home_of(&self, session: SessionId) -> Option<u16> {
+        self.st.store.session(session).map(|c| c.lock().home)
+    }
+
+    /// Runs `work` on executor `executor` (possibly this one, after the current event), with a
+    /// context of this service there. Used to send on sessions owned by another executor and
+    /// to resume work parked while waiting for another executor.
+    pub fn post(&mut self, executor: u16, work: Post) {
+        self.st.posts.push((executor, self.service, work));
     }
 
     /// Creates a UAC leg: a SIP session for a dialog this service starts (B2BUA legs, a
@@ -155,6 +239,7 @@ impl<'a> Context<'a> {
             attributes: Default::default(),
             invite_tx: None,
             answered: false,
+            pending_invite: None,
         })?;
         Ok(id)
     }

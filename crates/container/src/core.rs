@@ -74,6 +74,8 @@ pub(crate) struct CoreState {
     pub proxies: HashMap<ServerTxId, ProxyContext>,
     pub timers: TimerQueue,
     pub expiry: BinaryHeap<Reverse<(Instant, AppSessionId)>>,
+    /// Work for executors (this one included), delivered by the driver after each event.
+    pub posts: Vec<(u16, ServiceId, crate::Post)>,
 }
 
 pub struct Core {
@@ -118,12 +120,30 @@ impl Core {
                 proxies: HashMap::new(),
                 timers: TimerQueue::default(),
                 expiry: BinaryHeap::new(),
+                posts: Vec::new(),
             },
         }
     }
 
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.st.layer.poll_transmit()
+    }
+
+    /// Work posted by services for an executor: `(executor, service, work)`.
+    pub fn take_posts(&mut self) -> Vec<(u16, ServiceId, crate::Post)> {
+        std::mem::take(&mut self.st.posts)
+    }
+
+    /// Runs work posted to this executor.
+    pub fn run_post(&mut self, now: Instant, service: ServiceId, work: crate::Post) {
+        if (service as usize) < self.services.list.len() {
+            self.run(now, service, work);
+        }
+        self.drain_events(now);
+    }
+
+    pub fn executor(&self) -> u16 {
+        self.st.executor
     }
 
     pub fn next_deadline(&mut self) -> Option<Instant> {
@@ -414,6 +434,7 @@ impl Core {
                     s.answered = true;
                     s.state = SessionState::Terminated;
                     s.invite_tx = None;
+                    s.pending_invite = None;
                     (s.service, s.dialog.local_tag.clone())
                 };
                 self.st.server_owner.remove(&invite_tx);

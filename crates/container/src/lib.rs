@@ -57,6 +57,9 @@ pub enum ContainerError {
     NoListener,
 }
 
+/// Work posted to an executor with `Context::post`; runs there with that executor's context.
+pub type Post = Box<dyn FnOnce(&mut Context<'_>) + Send>;
+
 /// The executor that owns a call: FNV-1a of the Call-ID, stable across runs and builds (a
 /// replica must place a call on the same executor).
 pub fn executor_for(call_id: &str, executors: u16) -> u16 {

@@ -117,8 +117,12 @@ impl Container {
         let locals = Arc::new(Locals::new(&bound, config.advertised_host.as_deref()));
         let routes = Arc::new(settings.routes.clone());
         let root_seed = config.seed.unwrap_or_else(|| rand::rngs::OsRng.next_u64());
+        // Work executors post to each other (wake-ups, sends on another executor's dialogs) is
+        // internal and bounded by the work in flight: it must never be dropped.
+        let (post_senders, post_receivers): (Vec<_>, Vec<_>) = (0..executors).map(|_| mpsc::unbounded_channel()).unzip();
+        let post_senders = Arc::new(post_senders);
         let mut tasks = Vec::new();
-        for (index, rx) in receivers.into_iter().enumerate() {
+        for ((index, rx), posts_rx) in receivers.into_iter().enumerate().zip(post_receivers) {
             let mut rng = ChaCha20Rng::seed_from_u64(root_seed);
             rng.set_stream(index as u64);
             let core = Core::new(CoreParts {
@@ -132,7 +136,8 @@ impl Container {
                 services: services.clone(),
                 ids: IdSource::new(rng),
             });
-            tasks.push(tokio::spawn(run_executor(core, rx, transports.clone())));
+            let links = Links { transports: transports.clone(), posts: post_senders.clone() };
+            tasks.push(tokio::spawn(run_executor(core, rx, posts_rx, links)));
         }
         Ok(Container { store, metrics, transports, executors: tasks, inboxes: senders, services })
     }
@@ -169,7 +174,14 @@ impl Container {
 /// How many queued inputs an executor handles before it flushes and checks its timers.
 const BATCH: usize = 64;
 
-async fn run_executor(mut core: Core, mut rx: mpsc::Receiver<Input>, transports: Transports) {
+type PostMsg = (crate::ServiceId, crate::Post);
+
+struct Links {
+    transports: Transports,
+    posts: Arc<Vec<mpsc::UnboundedSender<PostMsg>>>,
+}
+
+async fn run_executor(mut core: Core, mut rx: mpsc::Receiver<Input>, mut posts: mpsc::UnboundedReceiver<PostMsg>, links: Links) {
     let far = || tokio::time::Instant::now() + Duration::from_secs(3600);
     let sleep = tokio::time::sleep_until(far());
     tokio::pin!(sleep);
@@ -193,12 +205,17 @@ async fn run_executor(mut core: Core, mut rx: mpsc::Receiver<Input>, transports:
                 if core.next_deadline().is_some_and(|d| d <= now) {
                     core.on_timeout(now);
                 }
-                flush(&mut core, &transports, now);
+                flush(&mut core, &links, now);
+            }
+            Some((service, work)) = posts.recv() => {
+                let now = Instant::now();
+                core.run_post(now, service, work);
+                flush(&mut core, &links, now);
             }
             _ = &mut sleep, if deadline.is_some() => {
                 let now = Instant::now();
                 core.on_timeout(now);
-                flush(&mut core, &transports, now);
+                flush(&mut core, &links, now);
             }
         }
         if last_publish.elapsed() >= Duration::from_millis(250) {
@@ -216,11 +233,24 @@ fn handle(core: &mut Core, now: Instant, input: Input) {
     }
 }
 
-fn flush(core: &mut Core, transports: &Transports, now: Instant) {
-    while let Some(t) = core.poll_transmit() {
-        if let Err(e) = transports.send(t.flow, t.payload) {
-            tracing::debug!(error = %e, remote = %t.flow.remote, "send failed");
-            core.on_send_failed(now, t.flow);
+fn flush(core: &mut Core, links: &Links, now: Instant) {
+    loop {
+        while let Some(t) = core.poll_transmit() {
+            if let Err(e) = links.transports.send(t.flow, t.payload) {
+                tracing::debug!(error = %e, remote = %t.flow.remote, "send failed");
+                core.on_send_failed(now, t.flow);
+            }
+        }
+        let posts = core.take_posts();
+        if posts.is_empty() {
+            return;
+        }
+        for (executor, service, work) in posts {
+            if executor == core.executor() {
+                core.run_post(now, service, work);
+            } else if let Some(tx) = links.posts.get(executor as usize) {
+                let _ = tx.send((service, work));
+            }
         }
     }
 }

@@ -62,6 +62,8 @@ pub struct SipSession {
     pub(crate) invite_tx: Option<ServerTxId>,
     /// UAS: a final response was sent on `invite_tx`.
     pub(crate) answered: bool,
+    /// UAS: the INVITE, kept from `Context::accept` until it is answered.
+    pub(crate) pending_invite: Option<tandem_sip::Message>,
 }
 
 impl SipSession {

@@ -1,0 +1,4 @@
+//! Tandem's synchronization-contract language.
+#![forbid(unsafe_code)]
+
+pub mod ast;
