@@ -1,0 +1,573 @@
+//! The machine service: events in, negotiation, one handler arm, commit, release.
+
+use crate::compiled::Compiled;
+use crate::eval::{eval, eval_nav, Env, Need, Value, Vars};
+use crate::event::{Event, Trigger};
+use crate::locks::{Acquire, Key, LockTable, Ticket, GLOBAL};
+use crate::stats::ServiceStats;
+use crate::transition::{Action, Transition};
+use std::collections::BTreeSet;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Weak};
+use std::time::Instant;
+use tandem_container::{AppSessionId, AttrValue, Context, Request, ResponseEvent, Service, SessionId, TimerId, UaProfile};
+use tandem_contract::ast::NavRoot;
+
+/// How a service's transitions acquire their sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Negotiator {
+    /// The paper's generic negotiator: sessions in one global order; evaluation that needs a
+    /// session ordered before one already held releases, re-acquires in order and
+    /// re-evaluates the guard.
+    Ordered,
+    /// As `Ordered`, but single-assignment attributes (and roles) are read without holding
+    /// their session, and the sessions a message will need are predicted before anything is
+    /// locked, so the usual case acquires everything in order at once and never backs off.
+    SingleAssign,
+    /// One lock for the whole service: every transition runs alone. No per-session lock
+    /// traffic and no back-off; no parallelism between transitions of this service.
+    Global,
+}
+
+impl FromStr for Negotiator {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "ordered" => Ok(Negotiator::Ordered),
+            "single-assign" => Ok(Negotiator::SingleAssign),
+            "global" => Ok(Negotiator::Global),
+            other => Err(format!("unknown negotiator {other:?} (ordered, single-assign, global)")),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct HandlerError(pub String);
+
+impl From<crate::transition::TransitionError> for HandlerError {
+    fn from(e: crate::transition::TransitionError) -> Self {
+        HandlerError(e.to_string())
+    }
+}
+
+/// The business logic: one arm per transition (the paper's `doTransition`).
+pub trait Handler: Send + Sync + 'static {
+    fn do_transition(&self, name: &str, t: &mut Transition<'_, '_>) -> Result<(), HandlerError>;
+}
+
+/// A negotiation in progress: the event, what it holds and what it still has to acquire.
+pub(crate) struct Negotiation {
+    pub ticket: Ticket,
+    pub event: Event,
+    pub executor: u16,
+    pub held: BTreeSet<Key>,
+    to_acquire: BTreeSet<Key>,
+    started: Instant,
+    backoffs: u64,
+}
+
+pub struct MachineService<H: Handler> {
+    me: Weak<MachineService<H>>,
+    name: String,
+    pub(crate) compiled: Compiled,
+    handler: H,
+    negotiator: Negotiator,
+    locks: LockTable<Box<Negotiation>>,
+    stats: ServiceStats,
+    names: Vec<String>,
+    next_ticket: AtomicU64,
+    ua: Option<UaProfile>,
+}
+
+pub(crate) fn key(id: SessionId) -> Key {
+    // Session IDs are random 128-bit values; 0 (the global lock) never occurs in practice,
+    // and is mapped away to be sure.
+    id.0.max(1)
+}
+
+enum Outcome {
+    Need(BTreeSet<Key>),
+    Absorb,
+    Ambiguous(Vec<String>),
+    Run { transition: usize, vars: Vars, needed: BTreeSet<Key> },
+}
+
+impl<H: Handler> MachineService<H> {
+    pub fn new(name: &str, compiled: Compiled, handler: H, negotiator: Negotiator, ua: Option<UaProfile>) -> Arc<Self> {
+        let names: Vec<String> = compiled.machine.transitions.iter().map(|t| t.name.name.clone()).collect();
+        Arc::new_cyclic(|me| MachineService {
+            me: me.clone(),
+            name: name.to_string(),
+            stats: ServiceStats::new(names.len()),
+            names,
+            compiled,
+            handler,
+            negotiator,
+            locks: LockTable::default(),
+            next_ticket: AtomicU64::new(1),
+            ua,
+        })
+    }
+
+    pub fn negotiator(&self) -> Negotiator {
+        self.negotiator
+    }
+
+    /// Locks held right now (zero when the service is idle).
+    pub fn held_locks(&self) -> usize {
+        self.locks.held()
+    }
+
+    pub fn transition_count(&self, name: &str) -> u64 {
+        self.names.iter().position(|n| n == name).map_or(0, |i| self.stats.transitions[i].count.load(Relaxed))
+    }
+
+    pub fn absorbed(&self) -> u64 {
+        self.stats.absorbed.load(Relaxed)
+    }
+
+    pub fn backoffs(&self) -> u64 {
+        self.stats.transitions.iter().map(|t| t.backoffs.load(Relaxed)).sum()
+    }
+
+    fn start(&self, ctx: &mut Context<'_>, mut event: Event) {
+        if event.app.is_none() {
+            event.app = event.session.and_then(|s| ctx.with_session(s, |_, s| s.app));
+        }
+        let mut neg = Box::new(Negotiation {
+            ticket: self.next_ticket.fetch_add(1, Relaxed),
+            event,
+            executor: ctx.executor(),
+            held: BTreeSet::new(),
+            to_acquire: BTreeSet::new(),
+            started: ctx.now(),
+            backoffs: 0,
+        });
+        match self.negotiator {
+            Negotiator::Global => {
+                neg.to_acquire.insert(GLOBAL);
+            }
+            Negotiator::SingleAssign => {
+                let predicted = self.predict(ctx, &neg);
+                neg.to_acquire.extend(predicted);
+            }
+            Negotiator::Ordered => {}
+        }
+        self.drive(ctx, neg);
+    }
+
+    /// Acquires what is pending, evaluates, and either runs the transition, absorbs the
+    /// message, or parks (the negotiation then waits in a lock queue and is resumed by the
+    /// transition that releases the lock, on this executor).
+    fn drive(&self, ctx: &mut Context<'_>, mut neg: Box<Negotiation>) {
+        loop {
+            while let Some(k) = neg.to_acquire.pop_first() {
+                if neg.held.contains(&k) {
+                    continue;
+                }
+                debug_assert!(neg.held.last().is_none_or(|m| *m < k), "acquisition out of order");
+                let ticket = neg.ticket;
+                match self.locks.acquire(k, ticket, neg) {
+                    Acquire::Acquired(n) | Acquire::Busy(n) => {
+                        neg = n;
+                        neg.held.insert(k);
+                    }
+                    Acquire::Queued => {
+                        self.stats.waits.fetch_add(1, Relaxed);
+                        return;
+                    }
+                }
+            }
+            match self.evaluate(ctx, &neg) {
+                Outcome::Need(wanted) => self.plan(ctx, &mut neg, wanted),
+                Outcome::Absorb => {
+                    self.stats.absorbed.fetch_add(1, Relaxed);
+                    return self.release_all(ctx, neg);
+                }
+                Outcome::Ambiguous(names) => {
+                    tracing::error!(service = %self.name, transitions = ?names, "contract defect: several transitions enabled; none taken");
+                    self.stats.ambiguous.fetch_add(1, Relaxed);
+                    return self.release_all(ctx, neg);
+                }
+                Outcome::Run { transition, vars, needed } => {
+                    let missing: BTreeSet<Key> = needed.difference(&neg.held).copied().collect();
+                    if missing.is_empty() || self.negotiator == Negotiator::Global {
+                        return self.run(ctx, neg, transition, vars);
+                    }
+                    self.plan(ctx, &mut neg, missing);
+                }
+            }
+        }
+    }
+
+    /// Schedules acquisition of `wanted`: directly when all of it comes after what is held,
+    /// else by backing off (release what is held after the first wanted key, re-acquire all
+    /// in order; the guard is then evaluated again on fresh state).
+    fn plan(&self, ctx: &mut Context<'_>, neg: &mut Negotiation, wanted: BTreeSet<Key>) {
+        let released = crate::plan::plan(&mut neg.held, &mut neg.to_acquire, &wanted);
+        if !released.is_empty() {
+            neg.backoffs += 1;
+        }
+        for k in released {
+            self.release_key(ctx, k, neg.ticket);
+        }
+    }
+
+    fn release_key(&self, ctx: &mut Context<'_>, k: Key, ticket: Ticket) {
+        let Some(mut next) = self.locks.release(k, ticket) else { return };
+        next.held.insert(k);
+        let Some(me) = self.me.upgrade() else { return };
+        let executor = next.executor;
+        ctx.post(executor, Box::new(move |ctx: &mut Context<'_>| me.drive(ctx, next)));
+    }
+
+    fn release_all(&self, ctx: &mut Context<'_>, neg: Box<Negotiation>) {
+        for &k in &neg.held {
+            self.release_key(ctx, k, neg.ticket);
+        }
+    }
+
+    fn env<'e, 'a>(&'e self, ctx: &'e mut Context<'a>, neg: &'e Negotiation, predict: Option<&'e mut BTreeSet<Key>>) -> EvalEnv<'e, 'a, H> {
+        EvalEnv { engine: self, ctx, neg, predict }
+    }
+
+    fn evaluate(&self, ctx: &mut Context<'_>, neg: &Negotiation) -> Outcome {
+        let mut env = self.env(ctx, neg, None);
+        match select(&mut env) {
+            Ok(outcome) => outcome,
+            Err(Need(id)) => Outcome::Need([key(id)].into()),
+        }
+    }
+
+    /// The sessions a message will most likely need, read without locks (a hint only: the
+    /// locked evaluation decides).
+    fn predict(&self, ctx: &mut Context<'_>, neg: &Negotiation) -> BTreeSet<Key> {
+        let mut predicted = BTreeSet::new();
+        let mut env = self.env(ctx, neg, Some(&mut predicted));
+        let _ = select(&mut env);
+        predicted
+    }
+
+    fn run(&self, ctx: &mut Context<'_>, neg: Box<Negotiation>, transition: usize, vars: Vars) {
+        let negotiated = ctx.now().saturating_duration_since(neg.started);
+        let t = self.compiled.transition(transition);
+        let started = Instant::now();
+        let mut tr = Transition::new(ctx, &self.compiled, &neg.event, &neg.held, self.negotiator == Negotiator::Global);
+        let result = self.handler.do_transition(&t.name.name, &mut tr);
+        let done = tr.finish();
+        let handler_time = started.elapsed();
+        let stats = &self.stats.transitions[transition];
+        match result {
+            Ok(()) => {
+                self.commit_state(ctx, &neg, transition, &vars, done.created_sips);
+                apply(ctx, &neg.event, done.actions);
+                self.finish_executions(ctx, &neg, transition, &vars, done.created_sips);
+                stats.count.fetch_add(1, Relaxed);
+            }
+            Err(e) => {
+                tracing::warn!(service = %self.name, transition = %t.name.name, error = %e, "transition failed; nothing sent");
+                stats.failures.fetch_add(1, Relaxed);
+                for app in done.created_apps {
+                    ctx.invalidate(app);
+                }
+            }
+        }
+        stats.backoffs.fetch_add(neg.backoffs, Relaxed);
+        stats.negotiation_ns.fetch_add(negotiated.as_nanos() as u64, Relaxed);
+        stats.handler_ns.fetch_add(handler_time.as_nanos() as u64, Relaxed);
+        self.release_all(ctx, neg);
+    }
+
+    /// Sets the state of this execution and of those the transition `moves`.
+    fn commit_state(&self, ctx: &mut Context<'_>, neg: &Negotiation, transition: usize, vars: &Vars, created: Option<SessionId>) {
+        let t = self.compiled.transition(transition);
+        let stays = t.stays;
+        let sips = neg.event.session.or(created);
+        if let Some(holder) = sips.and_then(|s| self.holder(ctx, s)) {
+            if !stays {
+                set_state(ctx, holder, &t.to.name);
+            }
+        }
+        for mv in &t.moves {
+            let target = {
+                let mut env = self.env(ctx, neg, None);
+                eval_nav(&mv.target, &mut env, vars, &mut BTreeSet::new())
+            };
+            if let Ok(Value::Session(s)) = target {
+                if let Some(holder) = self.holder(ctx, s) {
+                    set_state(ctx, holder, &mv.to.name);
+                }
+            }
+        }
+    }
+
+    /// Executions that reached a final state are over: their application sessions go.
+    fn finish_executions(&self, ctx: &mut Context<'_>, neg: &Negotiation, transition: usize, vars: &Vars, created: Option<SessionId>) {
+        let t = self.compiled.transition(transition);
+        let mut ended: Vec<SessionId> = Vec::new();
+        if self.compiled.finals.contains(&t.to.name) {
+            ended.extend(neg.event.session.or(created));
+        }
+        for mv in t.moves.iter().filter(|m| self.compiled.finals.contains(&m.to.name)) {
+            let mut env = self.env(ctx, neg, None);
+            if let Ok(Value::Session(s)) = eval_nav(&mv.target, &mut env, vars, &mut BTreeSet::new()) {
+                ended.push(s);
+            }
+        }
+        for s in ended {
+            if let Some(app) = ctx.with_session(s, |_, s| s.app) {
+                ctx.invalidate(app);
+            }
+        }
+    }
+
+    /// The session carrying the execution state of `session`'s execution.
+    fn holder(&self, ctx: &mut Context<'_>, session: SessionId) -> Option<SessionId> {
+        let role = ctx.with_session(session, |_, s| s.attributes.get_str(ROLE).map(str::to_string))??;
+        let info = self.compiled.role(&role)?;
+        if info.holds_state {
+            return Some(session);
+        }
+        let via = info.state_via.as_deref()?;
+        ctx.with_session(session, |_, s| s.attributes.get_session(via))?
+    }
+}
+
+pub(crate) const ROLE: &str = "@role";
+pub(crate) const STATE: &str = "@state";
+
+fn set_state(ctx: &mut Context<'_>, holder: SessionId, state: &str) {
+    ctx.with_session(holder, |_, s| s.attributes.set(STATE, AttrValue::Str(state.to_string())));
+}
+
+/// Candidate transitions of the current state, their guards, and the handles of the one
+/// enabled.
+fn select<H: Handler>(env: &mut EvalEnv<'_, '_, H>) -> Result<Outcome, Need> {
+    let compiled = &env.engine.compiled;
+    let sips = env.message(&NavRoot::MsgSips);
+    let state = match &sips {
+        Value::NewSession => compiled.initial.clone(),
+        Value::Session(id) => match env.session_attr(*id, "state")? {
+            Value::Str(s) => s,
+            _ => return Ok(Outcome::Absorb),
+        },
+        _ => return Ok(Outcome::Absorb),
+    };
+    let mut enabled = Vec::new();
+    for &index in compiled.candidates(&state) {
+        let t = compiled.transition(index);
+        let mut vars = Vars::default();
+        for l in &t.lets {
+            let v = eval(&l.value, env, &vars)?;
+            vars.bind(&l.name.name, v);
+        }
+        if eval(&t.guard, env, &vars)? == Value::Bool(true) {
+            enabled.push((index, vars));
+        }
+    }
+    if enabled.len() > 1 {
+        return Ok(Outcome::Ambiguous(enabled.iter().map(|(i, _)| compiled.transition(*i).name.name.clone()).collect()));
+    }
+    let Some((index, vars)) = enabled.pop() else { return Ok(Outcome::Absorb) };
+    let t = compiled.transition(index);
+    let mut traversed = BTreeSet::new();
+    for nav in t.handles.iter().chain(t.moves.iter().map(|m| &m.target)) {
+        eval_nav(nav, env, &vars, &mut traversed)?;
+    }
+    // The state holders written by the transition are needed too.
+    if let Value::Session(id) = sips {
+        traversed.insert(id);
+        if let Some(h) = state_holder(env, id)? {
+            traversed.insert(h);
+        }
+    }
+    Ok(Outcome::Run { transition: index, vars, needed: traversed.into_iter().map(key).collect() })
+}
+
+fn state_holder<H: Handler>(env: &mut EvalEnv<'_, '_, H>, id: SessionId) -> Result<Option<SessionId>, Need> {
+    let Value::Str(role) = env.session_attr(id, "role")? else { return Ok(None) };
+    let Some(info) = env.engine.compiled.role(&role) else { return Ok(None) };
+    if info.holds_state {
+        return Ok(Some(id));
+    }
+    let Some(via) = info.state_via.clone() else { return Ok(None) };
+    Ok(match env.session_attr(id, &via)? {
+        Value::Session(h) => Some(h),
+        _ => None,
+    })
+}
+
+struct EvalEnv<'e, 'a, H: Handler> {
+    engine: &'e MachineService<H>,
+    ctx: &'e mut Context<'a>,
+    neg: &'e Negotiation,
+    /// Prediction mode: read everything without locks and note every session touched.
+    predict: Option<&'e mut BTreeSet<Key>>,
+}
+
+impl<H: Handler> EvalEnv<'_, '_, H> {
+    fn readable(&mut self, id: SessionId, role: Option<&str>, attr: &str, set: bool) -> bool {
+        if let Some(p) = self.predict.as_deref_mut() {
+            p.insert(key(id));
+            return true;
+        }
+        match self.engine.negotiator {
+            Negotiator::Global => true,
+            _ if self.neg.held.contains(&key(id)) => true,
+            Negotiator::SingleAssign => set && self.engine.compiled.is_once(role, attr),
+            Negotiator::Ordered => false,
+        }
+    }
+}
+
+fn to_value(v: Option<&AttrValue>) -> Value {
+    match v {
+        None => Value::Null,
+        Some(AttrValue::Str(s)) => Value::Str(s.clone()),
+        Some(AttrValue::Int(i)) => Value::Int(*i),
+        Some(AttrValue::Bool(b)) => Value::Bool(*b),
+        Some(AttrValue::Bytes(b)) => Value::Str(String::from_utf8_lossy(b).into_owned()),
+        Some(AttrValue::Session(s)) => Value::Session(*s),
+    }
+}
+
+impl<H: Handler> Env for EvalEnv<'_, '_, H> {
+    fn message(&self, root: &NavRoot) -> Value {
+        let e = &self.neg.event;
+        match root {
+            NavRoot::MsgMethod => Value::Str(e.method()),
+            NavRoot::MsgStatus => Value::Int(i64::from(e.status())),
+            NavRoot::MsgPayload => Value::Str(e.payload()),
+            NavRoot::MsgTimer => Value::Str(e.timer().to_string()),
+            NavRoot::MsgSips => match e.session {
+                Some(id) => Value::Session(id),
+                None if matches!(e.trigger, Trigger::Request { .. }) => Value::NewSession,
+                None => Value::Null,
+            },
+            NavRoot::MsgApps | NavRoot::Var(_) => Value::Null,
+        }
+    }
+
+    fn app_attr(&mut self, name: &str) -> Result<Value, Need> {
+        let Some(app) = self.neg.event.app else { return Ok(Value::Null) };
+        Ok(self.ctx.with_app(app, |a| to_value(a.attributes.get(name))).unwrap_or(Value::Null))
+    }
+
+    fn session_attr(&mut self, id: SessionId, name: &str) -> Result<Value, Need> {
+        let Some((role, value)) = self.ctx.with_session(id, |_, s| {
+            let role = s.attributes.get_str(ROLE).map(str::to_string);
+            let attr = match name {
+                "role" => ROLE,
+                "state" => STATE,
+                other => other,
+            };
+            (role, to_value(s.attributes.get(attr)))
+        }) else {
+            return Ok(Value::Null);
+        };
+        match name {
+            "role" => {
+                if self.readable(id, role.as_deref(), "role", role.is_some()) {
+                    Ok(value)
+                } else {
+                    Err(Need(id))
+                }
+            }
+            "state" => {
+                let Some(role_name) = role.clone() else { return Ok(Value::Null) };
+                if !self.readable(id, Some(&role_name), "role", true) {
+                    return Err(Need(id));
+                }
+                let Some(info) = self.engine.compiled.role(&role_name) else { return Ok(Value::Null) };
+                if info.holds_state {
+                    // The state changes: only its holder's lock makes it stable.
+                    if self.predict.is_some() || self.engine.negotiator == Negotiator::Global || self.neg.held.contains(&key(id)) {
+                        return Ok(match value {
+                            Value::Null => Value::Str(self.engine.compiled.initial.clone()),
+                            v => v,
+                        });
+                    }
+                    return Err(Need(id));
+                }
+                let Some(via) = info.state_via.clone() else { return Ok(Value::Null) };
+                match self.session_attr(id, &via)? {
+                    Value::Session(holder) => self.session_attr(holder, "state"),
+                    _ => Ok(Value::Null),
+                }
+            }
+            attr => {
+                if self.readable(id, role.as_deref(), attr, value != Value::Null) {
+                    Ok(value)
+                } else {
+                    Err(Need(id))
+                }
+            }
+        }
+    }
+
+    fn session_of(&self, text: &str) -> Value {
+        match text.parse::<SessionId>() {
+            Ok(id) if self.ctx.session(id).is_some() => Value::Session(id),
+            _ => Value::Null,
+        }
+    }
+
+    fn initial_state(&self) -> &str {
+        &self.engine.compiled.initial
+    }
+}
+
+/// Sends what the arm sent, now that the transition commits. Sends on a session owned by
+/// another executor are posted there.
+fn apply(ctx: &mut Context<'_>, event: &Event, actions: Vec<Action>) {
+    for action in actions {
+        match action {
+            Action::Respond { status, headers, body } => {
+                if let Trigger::Request { msg, tx, flow, kind } = &event.trigger {
+                    let req = Request::new(msg, *tx, *flow, *kind, event.session, event.app);
+                    let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+                    let body = body.as_ref().map(|(ct, b)| (ct.as_str(), &b[..]));
+                    ctx.respond_with(&req, status, &headers, body);
+                }
+            }
+            Action::OnSession { session, op } => {
+                let home = ctx.home_of(session);
+                match home {
+                    Some(h) if h != ctx.executor() => ctx.post(h, Box::new(move |ctx: &mut Context<'_>| op.apply(ctx, session))),
+                    Some(_) => op.apply(ctx, session),
+                    None => {}
+                }
+            }
+        }
+    }
+}
+
+impl<H: Handler> Service for MachineService<H> {
+    fn user_agent(&self) -> Option<&UaProfile> {
+        self.ua.as_ref()
+    }
+
+    fn on_request(&self, ctx: &mut Context<'_>, req: &Request<'_>) {
+        self.start(ctx, Event::from_request(req));
+    }
+
+    fn on_response(&self, ctx: &mut Context<'_>, session: SessionId, response: ResponseEvent<'_>) {
+        self.start(ctx, Event::from_response(session, &response));
+    }
+
+    fn on_timer(&self, ctx: &mut Context<'_>, app: AppSessionId, _timer: TimerId, name: &'static str) {
+        let session = ctx.with_app(app, |a| a.sessions.first().copied()).flatten();
+        self.start(ctx, Event { trigger: Trigger::Timer { name }, session, app: Some(app) });
+    }
+
+    fn on_cancelled(&self, ctx: &mut Context<'_>, session: SessionId) {
+        self.start(ctx, Event { trigger: Trigger::Cancelled, session: Some(session), app: None });
+    }
+
+    fn metrics_text(&self) -> String {
+        self.stats.render(&self.name, &self.names)
+    }
+}

@@ -1,0 +1,44 @@
+//! The ordered negotiation protocol's one decision, shared by the engine and its model test:
+//! given what a negotiation holds and the keys evaluation says it wants, what to release and
+//! what to acquire next. Keys are acquired in increasing order only, so waiting never closes
+//! a cycle (no deadlock); a key wanted below one already held forces a back-off.
+
+use crate::locks::Key;
+use std::collections::BTreeSet;
+
+/// Updates `held` and `to_acquire` for `wanted`; returns the keys to release now (a back-off
+/// when not empty). Afterwards every key of `to_acquire` is greater than every key held.
+pub(crate) fn plan(held: &mut BTreeSet<Key>, to_acquire: &mut BTreeSet<Key>, wanted: &BTreeSet<Key>) -> Vec<Key> {
+    let wanted: BTreeSet<Key> = wanted.difference(held).copied().collect();
+    let Some(&first) = wanted.first() else { return Vec::new() };
+    let released: Vec<Key> = held.range(first..).copied().collect();
+    for k in &released {
+        held.remove(k);
+        to_acquire.insert(*k);
+    }
+    to_acquire.extend(wanted);
+    debug_assert!(held.last().is_none_or(|h| to_acquire.first().is_none_or(|a| a > h)));
+    released
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_order_wants_need_no_back_off() {
+        let mut held = BTreeSet::from([1, 3]);
+        let mut todo = BTreeSet::new();
+        assert!(plan(&mut held, &mut todo, &BTreeSet::from([5, 3, 7])).is_empty());
+        assert_eq!(todo, BTreeSet::from([5, 7]));
+    }
+
+    #[test]
+    fn a_lower_key_releases_everything_above_it() {
+        let mut held = BTreeSet::from([1, 4, 6]);
+        let mut todo = BTreeSet::new();
+        assert_eq!(plan(&mut held, &mut todo, &BTreeSet::from([2])), vec![4, 6]);
+        assert_eq!(held, BTreeSet::from([1]));
+        assert_eq!(todo, BTreeSet::from([2, 4, 6]));
+    }
+}

@@ -1,0 +1,61 @@
+//! Per-service, per-transition counters, exported in Prometheus text format.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+#[derive(Default)]
+pub struct TransitionStats {
+    pub count: AtomicU64,
+    pub backoffs: AtomicU64,
+    pub negotiation_ns: AtomicU64,
+    pub handler_ns: AtomicU64,
+    pub failures: AtomicU64,
+}
+
+#[derive(Default)]
+pub struct ServiceStats {
+    pub transitions: Vec<TransitionStats>,
+    /// Messages that enabled no transition (resent or stray messages vanish here).
+    pub absorbed: AtomicU64,
+    /// Messages that enabled more than one transition: a contract defect.
+    pub ambiguous: AtomicU64,
+    /// Negotiations that had to wait for a session held by another transition.
+    pub waits: AtomicU64,
+}
+
+impl ServiceStats {
+    pub fn new(transitions: usize) -> ServiceStats {
+        ServiceStats { transitions: (0..transitions).map(|_| TransitionStats::default()).collect(), ..Default::default() }
+    }
+
+    pub fn render(&self, service: &str, names: &[String]) -> String {
+        let mut out = String::new();
+        let families: [(&str, &str, fn(&TransitionStats) -> f64); 5] = [
+            ("tandem_transitions_total", "Transitions taken", |t| t.count.load(Relaxed) as f64),
+            ("tandem_transition_backoffs_total", "Negotiation back-offs (release and re-acquire in order)", |t| {
+                t.backoffs.load(Relaxed) as f64
+            }),
+            ("tandem_transition_negotiation_seconds_total", "Time from the message to holding every session", |t| {
+                t.negotiation_ns.load(Relaxed) as f64 / 1e9
+            }),
+            ("tandem_transition_handler_seconds_total", "Time in the handler arm", |t| t.handler_ns.load(Relaxed) as f64 / 1e9),
+            ("tandem_transition_failures_total", "Handler arms that returned an error (nothing was sent)", |t| {
+                t.failures.load(Relaxed) as f64
+            }),
+        ];
+        for (name, help, get) in families {
+            let _ = writeln!(out, "# HELP {name} {help}.\n# TYPE {name} counter");
+            for (t, stats) in names.iter().zip(&self.transitions) {
+                let _ = writeln!(out, "{name}{{service=\"{service}\",transition=\"{t}\"}} {}", get(stats));
+            }
+        }
+        for (name, help, v) in [
+            ("tandem_absorbed_messages_total", "Messages that enabled no transition", &self.absorbed),
+            ("tandem_ambiguous_messages_total", "Messages that enabled several transitions (contract defect)", &self.ambiguous),
+            ("tandem_negotiation_waits_total", "Negotiations that waited for a session", &self.waits),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}.\n# TYPE {name} counter\n{name}{{service=\"{service}\"}} {}", v.load(Relaxed));
+        }
+        out
+    }
+}

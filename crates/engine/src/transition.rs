@@ -1,0 +1,232 @@
+//! What a handler arm gets: the event, access to the sessions its transition acquired (and
+//! those it creates), and SIP actions that take effect when the transition commits.
+
+use crate::compiled::Compiled;
+use crate::engine::{key, ROLE};
+use crate::event::{Event, Trigger};
+use crate::locks::Key;
+use bytes::Bytes;
+use std::collections::BTreeSet;
+use std::time::Duration;
+use tandem_container::{AppSessionId, AttrValue, Context, Destination, Request, SessionId, SipSession, TimerId};
+use tandem_sip::Method;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransitionError {
+    #[error("session {0} is not among the sessions this transition acquired")]
+    NotAcquired(SessionId),
+    #[error("no such session {0}")]
+    NoSuchSession(SessionId),
+    #[error("{0}")]
+    Container(#[from] tandem_container::ContainerError),
+    #[error("this transition's message is not a request that can be {0}")]
+    NotARequest(&'static str),
+    #[error("role {0:?} is not declared by the contract")]
+    UnknownRole(String),
+}
+
+/// A SIP action on a session, applied at commit (on the session's executor).
+pub(crate) enum SessionOp {
+    Answer { status: u16, body: Option<(String, Bytes)> },
+    Send { method: Method, body: Option<(String, Bytes)> },
+    Bye,
+}
+
+impl SessionOp {
+    pub(crate) fn apply(self, ctx: &mut Context<'_>, session: SessionId) {
+        let result = ctx.with_session(session, |ctx, s| match self {
+            SessionOp::Answer { status, body } => ctx.answer_session(s, status, body.as_ref().map(|(c, b)| (c.as_str(), &b[..]))),
+            SessionOp::Send { method, body } => ctx.send_in_dialog(s, method, body.as_ref().map(|(c, b)| (c.as_str(), &b[..]))),
+            SessionOp::Bye => ctx.send_bye_on(s),
+        });
+        if let Some(Err(e)) = result {
+            tracing::debug!(error = %e, %session, "action at commit failed");
+        }
+    }
+}
+
+pub(crate) enum Action {
+    Respond { status: u16, headers: Vec<(String, String)>, body: Option<(String, Bytes)> },
+    OnSession { session: SessionId, op: SessionOp },
+}
+
+pub(crate) struct Done {
+    pub actions: Vec<Action>,
+    pub created_sips: Option<SessionId>,
+    pub created_apps: Vec<AppSessionId>,
+}
+
+pub struct Transition<'c, 'a> {
+    ctx: &'c mut Context<'a>,
+    compiled: &'c Compiled,
+    event: &'c Event,
+    held: &'c BTreeSet<Key>,
+    everything: bool,
+    created: Vec<SessionId>,
+    created_sips: Option<SessionId>,
+    created_apps: Vec<AppSessionId>,
+    actions: Vec<Action>,
+}
+
+impl<'c, 'a> Transition<'c, 'a> {
+    pub(crate) fn new(
+        ctx: &'c mut Context<'a>,
+        compiled: &'c Compiled,
+        event: &'c Event,
+        held: &'c BTreeSet<Key>,
+        everything: bool,
+    ) -> Self {
+        Transition {
+            ctx,
+            compiled,
+            event,
+            held,
+            everything,
+            created: Vec::new(),
+            created_sips: None,
+            created_apps: Vec::new(),
+            actions: Vec::new(),
+        }
+    }
+
+    pub(crate) fn finish(self) -> Done {
+        Done { actions: self.actions, created_sips: self.created_sips, created_apps: self.created_apps }
+    }
+
+    pub fn event(&self) -> &Event {
+        self.event
+    }
+
+    /// The time of the event (never the system clock: replicas must agree).
+    pub fn now(&self) -> std::time::Instant {
+        self.ctx.now()
+    }
+
+    /// The SIP session the message arrived on (for an initial request: the one `accept`
+    /// created).
+    pub fn sips(&self) -> Option<SessionId> {
+        self.event.session.or(self.created_sips)
+    }
+
+    /// The execution's application session.
+    pub fn app(&mut self) -> Option<AppSessionId> {
+        self.event.app.or_else(|| self.created_sips.and_then(|s| self.ctx.with_session(s, |_, s| s.app)))
+    }
+
+    fn check(&self, id: SessionId) -> Result<(), TransitionError> {
+        if self.everything || self.held.contains(&key(id)) || self.created.contains(&id) {
+            Ok(())
+        } else {
+            Err(TransitionError::NotAcquired(id))
+        }
+    }
+
+    /// Runs `f` on an acquired session; any other session is refused.
+    pub fn with<R>(&mut self, id: SessionId, f: impl FnOnce(&mut SipSession) -> R) -> Result<R, TransitionError> {
+        self.check(id)?;
+        self.ctx.with_session(id, |_, s| f(s)).ok_or(TransitionError::NoSuchSession(id))
+    }
+
+    pub fn attr(&mut self, id: SessionId, name: &str) -> Result<Option<AttrValue>, TransitionError> {
+        self.with(id, |s| s.attributes.get(name).cloned())
+    }
+
+    pub fn session_attr(&mut self, id: SessionId, name: &str) -> Result<Option<SessionId>, TransitionError> {
+        self.with(id, |s| s.attributes.get_session(name))
+    }
+
+    pub fn set_attr(&mut self, id: SessionId, name: &str, value: AttrValue) -> Result<(), TransitionError> {
+        self.with(id, |s| {
+            s.attributes.set(name, value);
+        })
+    }
+
+    pub fn role(&mut self, id: SessionId) -> Result<Option<String>, TransitionError> {
+        self.with(id, |s| s.attributes.get_str(ROLE).map(str::to_string))
+    }
+
+    /// Gives a session its role (roles are single-assignment: set it once).
+    pub fn set_role(&mut self, id: SessionId, role: &str) -> Result<(), TransitionError> {
+        if self.compiled.role(role).is_none() {
+            return Err(TransitionError::UnknownRole(role.to_string()));
+        }
+        self.set_attr(id, ROLE, AttrValue::Str(role.to_string()))
+    }
+
+    fn request(&self) -> Option<Request<'c>> {
+        match &self.event.trigger {
+            Trigger::Request { msg, tx, flow, kind } => Some(Request::new(msg, *tx, *flow, *kind, self.event.session, self.event.app)),
+            _ => None,
+        }
+    }
+
+    /// For an initial INVITE: creates its SIP session (and the execution's application
+    /// session) without answering yet (answer with [`Self::answer`]).
+    pub fn accept(&mut self) -> Result<SessionId, TransitionError> {
+        let req = self.request().ok_or(TransitionError::NotARequest("accepted"))?;
+        let id = self.ctx.accept(&req, None)?;
+        if let Some(app) = self.ctx.with_session(id, |_, s| s.app) {
+            self.created_apps.push(app);
+        }
+        self.created.push(id);
+        self.created_sips = Some(id);
+        Ok(id)
+    }
+
+    /// Creates a UAC leg in this execution (send its INVITE with [`Self::invite`]).
+    pub fn create_leg(&mut self, from_uri: &str, to_uri: &str, target: Destination) -> Result<SessionId, TransitionError> {
+        let app = self.app().ok_or(TransitionError::NotARequest("given a leg"))?;
+        let id = self.ctx.create_uac_session(app, from_uri, to_uri, target)?;
+        self.created.push(id);
+        Ok(id)
+    }
+
+    /// Answers the triggering request (at commit).
+    pub fn respond(&mut self, status: u16) {
+        self.respond_with(status, &[], None);
+    }
+
+    pub fn respond_with(&mut self, status: u16, headers: &[(&str, &str)], body: Option<(&str, &[u8])>) {
+        let headers = headers.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
+        let body = body.map(|(c, b)| (c.to_string(), Bytes::copy_from_slice(b)));
+        self.actions.push(Action::Respond { status, headers, body });
+    }
+
+    fn on_session(&mut self, session: SessionId, op: SessionOp) -> Result<(), TransitionError> {
+        self.check(session)?;
+        self.actions.push(Action::OnSession { session, op });
+        Ok(())
+    }
+
+    /// Answers the INVITE of an accepted session (at commit).
+    pub fn answer(&mut self, session: SessionId, status: u16, body: Option<(&str, &[u8])>) -> Result<(), TransitionError> {
+        let body = body.map(|(c, b)| (c.to_string(), Bytes::copy_from_slice(b)));
+        self.on_session(session, SessionOp::Answer { status, body })
+    }
+
+    /// Sends the INVITE of a leg, or a re-INVITE in an established dialog (at commit).
+    pub fn invite(&mut self, session: SessionId, body: Option<(&str, &[u8])>) -> Result<(), TransitionError> {
+        self.send(session, Method::Invite, body)
+    }
+
+    /// Sends a request in the session's dialog (at commit).
+    pub fn send(&mut self, session: SessionId, method: Method, body: Option<(&str, &[u8])>) -> Result<(), TransitionError> {
+        let body = body.map(|(c, b)| (c.to_string(), Bytes::copy_from_slice(b)));
+        self.on_session(session, SessionOp::Send { method, body })
+    }
+
+    /// Hangs up the session's dialog (at commit).
+    pub fn bye(&mut self, session: SessionId) -> Result<(), TransitionError> {
+        self.on_session(session, SessionOp::Bye)
+    }
+
+    pub fn set_timer(&mut self, delay: Duration, name: &'static str) -> Result<TimerId, TransitionError> {
+        let app = self.app().ok_or(TransitionError::NotARequest("given a timer"))?;
+        Ok(self.ctx.set_timer(app, delay, name)?)
+    }
+
+    /// Resolves a session ID received as text (e.g. in a message body).
+    pub fn resolve(&self, text: &str) -> Option<SessionId> {
+        text.parse().ok().filter(|id| self.ctx.session(*id).is_some())
+    }
+}
