@@ -83,7 +83,9 @@ pub struct Core {
     pub(crate) st: CoreState,
 }
 
-pub(crate) struct CoreParts {
+/// What an executor core is made of; public so simulations and tests can build executors
+/// without sockets (see the runtime for how the container wires them).
+pub struct CoreParts {
     pub executor: u16,
     pub executors: u16,
     pub config: Arc<ContainerConfig>,
@@ -96,7 +98,7 @@ pub(crate) struct CoreParts {
 }
 
 impl Core {
-    pub(crate) fn new(p: CoreParts) -> Core {
+    pub fn new(p: CoreParts) -> Core {
         let layer = TransactionLayer::new(tandem_transaction::Config {
             timers: tandem_transaction::TimerConfig { t1: p.config.t1, t2: p.config.t2, t4: p.config.t4 },
             max_transactions: p.config.max_transactions,

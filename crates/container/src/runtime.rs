@@ -23,6 +23,7 @@ use tokio::task::JoinHandle;
 enum Input {
     Message(Message, Flow),
     FlowClosed(Flow),
+    Stop,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -156,13 +157,19 @@ impl Container {
 
     /// The Prometheus text exposition of every metric.
     pub fn metrics_text(&self) -> String {
-        self.metrics.render(self.store.live_sessions(), self.store.live_app_sessions(), self.transports.open_connections())
+        let mut text = self.metrics.render(self.store.live_sessions(), self.store.live_app_sessions(), self.transports.open_connections());
+        for service in &self.services.list {
+            text.push_str(&service.metrics_text());
+        }
+        text
     }
 
     /// Stops listening, lets executors finish what is queued, and stops them.
     pub async fn shutdown(self) {
         self.transports.shutdown();
-        drop(self.inboxes);
+        for inbox in &self.inboxes {
+            let _ = tokio::time::timeout(Duration::from_secs(1), inbox.send(Input::Stop)).await;
+        }
         for task in self.executors {
             if tokio::time::timeout(Duration::from_secs(2), task).await.is_err() {
                 tracing::warn!("executor did not stop in time");
@@ -192,7 +199,7 @@ async fn run_executor(mut core: Core, mut rx: mpsc::Receiver<Input>, mut posts: 
         tokio::select! {
             biased;
             input = rx.recv() => {
-                let Some(input) = input else { break };
+                let Some(input) = input.filter(|i| !matches!(i, Input::Stop)) else { break };
                 let now = Instant::now();
                 handle(&mut core, now, input);
                 for _ in 1..BATCH {
@@ -230,6 +237,7 @@ fn handle(core: &mut Core, now: Instant, input: Input) {
     match input {
         Input::Message(msg, flow) => core.on_message(now, msg, flow),
         Input::FlowClosed(flow) => core.on_flow_closed(now, flow),
+        Input::Stop => {}
     }
 }
 

@@ -32,7 +32,20 @@ pub struct Request<'a> {
     pub(crate) consumed_route: Option<(usize, tandem_sip::Span)>,
 }
 
-impl Request<'_> {
+impl<'a> Request<'a> {
+    /// A request as the container would present it (for engines that replay a request
+    /// after waiting for sessions).
+    pub fn new(
+        msg: &'a Message,
+        tx: Option<ServerTxId>,
+        flow: Flow,
+        kind: RequestKind,
+        session: Option<SessionId>,
+        app: Option<AppSessionId>,
+    ) -> Self {
+        Request { msg, tx, flow, kind, session, app, consumed_route: None }
+    }
+
     pub fn method(&self) -> &Method {
         self.msg.method().unwrap_or(&Method::Options)
     }
@@ -103,6 +116,11 @@ pub trait Service: Send + Sync + 'static {
 
     /// The application session expired; it is invalidated right after this returns.
     fn on_expired(&self, _ctx: &mut Context<'_>, _app: AppSessionId) {}
+
+    /// Extra Prometheus text the service exports with the container's metrics.
+    fn metrics_text(&self) -> String {
+        String::new()
+    }
 }
 
 /// Index of a service in the container's service table.

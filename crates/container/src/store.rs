@@ -47,6 +47,11 @@ impl SessionStore {
         self.app.remove(&id).map(|(_, c)| c)
     }
 
+    /// Every live SIP session, for inspection (tests, admin); not for the message path.
+    pub fn snapshot(&self) -> Vec<SessionCell> {
+        self.sip.iter().map(|e| e.value().clone()).collect()
+    }
+
     pub fn live_sessions(&self) -> usize {
         self.sip.len()
     }

@@ -58,12 +58,12 @@ impl World {
                         self.release(k, task.ticket);
                     }
                 }
-                None => return self.run(task),
+                None => return self.run(*task),
             }
         }
     }
 
-    fn run(&self, task: Box<Task>) {
+    fn run(&self, task: Task) {
         for k in &task.held {
             let was = self.in_use[*k as usize].swap(true, Ordering::SeqCst);
             assert!(!was, "two transitions hold session {k} at once");

@@ -3,6 +3,9 @@
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+/// A metric family: name, help, and how to read it from a transition's counters.
+type Family = (&'static str, &'static str, fn(&TransitionStats) -> f64);
+
 #[derive(Default)]
 pub struct TransitionStats {
     pub count: AtomicU64,
@@ -30,7 +33,7 @@ impl ServiceStats {
 
     pub fn render(&self, service: &str, names: &[String]) -> String {
         let mut out = String::new();
-        let families: [(&str, &str, fn(&TransitionStats) -> f64); 5] = [
+        let families: [Family; 5] = [
             ("tandem_transitions_total", "Transitions taken", |t| t.count.load(Relaxed) as f64),
             ("tandem_transition_backoffs_total", "Negotiation back-offs (release and re-acquire in order)", |t| {
                 t.backoffs.load(Relaxed) as f64

@@ -17,10 +17,7 @@ pub struct ParseLimits {
 
 impl Default for ParseLimits {
     fn default() -> Self {
-        ParseLimits {
-            max_message_bytes: crate::framing::MAX_MESSAGE_BYTES,
-            max_headers: 128,
-        }
+        ParseLimits { max_message_bytes: crate::framing::MAX_MESSAGE_BYTES, max_headers: 256 }
     }
 }
 
@@ -56,29 +53,16 @@ fn parse(buf: Bytes, limits: &ParseLimits, stream: bool) -> Result<Message, Pars
     if buf.len() > limits.max_message_bytes {
         return Err(ParseError::TooLarge(buf.len()));
     }
-    let lead = buf
-        .iter()
-        .take_while(|b| matches!(b, b'\r' | b'\n'))
-        .count();
+    let lead = buf.iter().take_while(|b| matches!(b, b'\r' | b'\n')).count();
     if lead == buf.len() {
-        return Err(if buf.is_empty() {
-            ParseError::Empty
-        } else {
-            ParseError::KeepAlive
-        });
+        return Err(if buf.is_empty() { ParseError::Empty } else { ParseError::KeepAlive });
     }
     let (head_end, body_start, terminated) = match find_head_end(&buf[lead..]) {
         Some((h, b)) => (lead + h, lead + b, true),
         None => (buf.len(), buf.len(), false),
     };
     let head = std::str::from_utf8(&buf[..head_end]).map_err(|_| ParseError::NotUtf8)?;
-    let mut p = Parser {
-        buf: &buf,
-        head,
-        limits,
-        defect: None,
-        msg_headers: Vec::with_capacity(16),
-    };
+    let mut p = Parser { buf: &buf, head, limits, defect: None, msg_headers: Vec::with_capacity(16) };
     let start = p.start_line(lead)?;
     if !terminated {
         p.fail(BAD, "header section not terminated by an empty line");
@@ -164,10 +148,7 @@ impl<'a> Parser<'a> {
                 0
             }
         };
-        StartLine::Response {
-            status,
-            reason: self.span(reason),
-        }
+        StartLine::Response { status, reason: self.span(reason) }
     }
 
     fn request_line(&mut self, line: &'a str) -> Result<StartLine, ParseError> {
@@ -192,15 +173,10 @@ impl<'a> Parser<'a> {
         }
         match Uri::parse(uri) {
             None => self.fail(BAD, "malformed Request-URI"),
-            Some(Uri::Sip(u)) if u.headers.is_some() => {
-                self.fail(BAD, "headers are not allowed in the Request-URI")
-            }
+            Some(Uri::Sip(u)) if u.headers.is_some() => self.fail(BAD, "headers are not allowed in the Request-URI"),
             Some(_) => {}
         }
-        Ok(StartLine::Request {
-            method,
-            uri: uri_span,
-        })
+        Ok(StartLine::Request { method, uri: uri_span })
     }
 
     /// Collects header lines (unfolding continuations) after the start line.
@@ -253,19 +229,8 @@ impl<'a> Parser<'a> {
         }
         let value = trim_lws(&line[colon + 1..]);
         let line_end = self.span(line).end;
-        let value_span = if value.is_empty() {
-            Span {
-                start: line_end,
-                end: line_end,
-            }
-        } else {
-            self.span(value)
-        };
-        self.msg_headers.push(Header {
-            name: HeaderName::from_bytes(name.as_bytes()),
-            name_span: self.span(name),
-            value: value_span,
-        });
+        let value_span = if value.is_empty() { Span { start: line_end, end: line_end } } else { self.span(value) };
+        self.msg_headers.push(Header { name: HeaderName::from_bytes(name.as_bytes()), name_span: self.span(name), value: value_span });
     }
 
     fn text(&self, span: Span) -> &'a str {
@@ -284,42 +249,25 @@ impl<'a> Parser<'a> {
                         msg.top_via = self.top_via(index, value);
                     }
                 }
-                HeaderName::From if duplicate(msg.from.is_some()) => {
-                    self.fail(BAD, "more than one From")
-                }
+                HeaderName::From if duplicate(msg.from.is_some()) => self.fail(BAD, "more than one From"),
                 HeaderName::From => msg.from = self.addr(value, "malformed From"),
                 HeaderName::To if duplicate(msg.to.is_some()) => self.fail(BAD, "more than one To"),
                 HeaderName::To => msg.to = self.addr(value, "malformed To"),
-                HeaderName::CallId if duplicate(msg.call_id.is_some()) => {
-                    self.fail(BAD, "more than one Call-ID")
-                }
+                HeaderName::CallId if duplicate(msg.call_id.is_some()) => self.fail(BAD, "more than one Call-ID"),
                 HeaderName::CallId => msg.call_id = self.call_id(value),
-                HeaderName::CSeq if duplicate(msg.cseq.is_some()) => {
-                    self.fail(BAD, "more than one CSeq")
-                }
+                HeaderName::CSeq if duplicate(msg.cseq.is_some()) => self.fail(BAD, "more than one CSeq"),
                 HeaderName::CSeq => msg.cseq = self.cseq(value),
-                HeaderName::MaxForwards if duplicate(msg.max_forwards.is_some()) => {
-                    self.fail(BAD, "more than one Max-Forwards")
-                }
-                HeaderName::MaxForwards => {
-                    msg.max_forwards = self.number(value, 255, "malformed Max-Forwards")
-                }
-                HeaderName::ContentLength if duplicate(msg.content_length.is_some()) => {
-                    self.fail(BAD, "more than one Content-Length")
-                }
-                HeaderName::ContentLength => {
-                    msg.content_length = self.number(value, u32::MAX, "malformed Content-Length")
-                }
+                HeaderName::MaxForwards if duplicate(msg.max_forwards.is_some()) => self.fail(BAD, "more than one Max-Forwards"),
+                HeaderName::MaxForwards => msg.max_forwards = self.number(value, 255, "malformed Max-Forwards"),
+                HeaderName::ContentLength if duplicate(msg.content_length.is_some()) => self.fail(BAD, "more than one Content-Length"),
+                HeaderName::ContentLength => msg.content_length = self.number(value, u32::MAX, "malformed Content-Length"),
                 _ => {}
             }
         }
     }
 
     fn top_via(&mut self, index: usize, value: &'a str) -> Option<TopVia> {
-        let first = lex::split_top(value, b',')
-            .next()
-            .and_then(Result::ok)
-            .map(trim_lws);
+        let first = lex::split_top(value, b',').next().and_then(Result::ok).map(trim_lws);
         let Some(via) = first.and_then(Via::parse) else {
             self.fail(BAD, "malformed Via");
             return None;
@@ -337,10 +285,7 @@ impl<'a> Parser<'a> {
 
     fn addr(&mut self, value: &'a str, reason: &'static str) -> Option<AddrHeader> {
         match NameAddr::parse(value) {
-            Some(na) => Some(AddrHeader {
-                value: self.span(value),
-                tag: na.tag().map(|t| self.span(t)),
-            }),
+            Some(na) => Some(AddrHeader { value: self.span(value), tag: na.tag().map(|t| self.span(t)) }),
             None => {
                 self.fail(BAD, reason);
                 None
@@ -349,11 +294,7 @@ impl<'a> Parser<'a> {
     }
 
     fn call_id(&mut self, value: &'a str) -> Option<Span> {
-        if value.is_empty()
-            || value
-                .bytes()
-                .any(|b| lex::is_lws(b) || b.is_ascii_control())
-        {
+        if value.is_empty() || value.bytes().any(|b| lex::is_lws(b) || b.is_ascii_control()) {
             self.fail(BAD, "malformed Call-ID");
             return None;
         }
@@ -363,20 +304,10 @@ impl<'a> Parser<'a> {
     fn cseq(&mut self, value: &'a str) -> Option<CSeq> {
         let digits_end = value.bytes().take_while(u8::is_ascii_digit).count();
         let method_text = trim_lws(&value[digits_end..]);
-        let seq = value[..digits_end]
-            .parse::<u32>()
-            .ok()
-            .filter(|s| *s < (1 << 31));
+        let seq = value[..digits_end].parse::<u32>().ok().filter(|s| *s < (1 << 31));
         match seq {
-            Some(seq)
-                if digits_end > 0
-                    && lex::is_token(method_text)
-                    && method_text.len() < value.len() - digits_end =>
-            {
-                Some(CSeq {
-                    seq,
-                    method: Method::from_bytes(method_text.as_bytes(), self.buf),
-                })
+            Some(seq) if digits_end > 0 && lex::is_token(method_text) && method_text.len() < value.len() - digits_end => {
+                Some(CSeq { seq, method: Method::from_bytes(method_text.as_bytes(), self.buf) })
             }
             _ => {
                 self.fail(BAD, "malformed CSeq");
@@ -386,11 +317,10 @@ impl<'a> Parser<'a> {
     }
 
     fn number(&mut self, value: &str, max: u32, reason: &'static str) -> Option<u32> {
-        let parsed =
-            (!value.is_empty() && value.len() <= 10 && value.bytes().all(|b| b.is_ascii_digit()))
-                .then(|| value.parse::<u64>().ok())
-                .flatten()
-                .filter(|n| *n <= u64::from(max));
+        let parsed = (!value.is_empty() && value.len() <= 10 && value.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| value.parse::<u64>().ok())
+            .flatten()
+            .filter(|n| *n <= u64::from(max));
         if parsed.is_none() {
             self.fail(BAD, reason);
         }
@@ -411,10 +341,7 @@ impl<'a> Parser<'a> {
             }
             None => available,
         };
-        msg.body = Span::new(
-            body_start.min(self.buf.len()),
-            body_start.min(self.buf.len()) + len,
-        );
+        msg.body = Span::new(body_start.min(self.buf.len()), body_start.min(self.buf.len()) + len);
     }
 
     fn required_headers(&mut self, msg: &Message) {
@@ -424,8 +351,7 @@ impl<'a> Parser<'a> {
             Some("missing From")
         } else if msg.to.is_none() && !msg.headers.iter().any(|h| h.name == HeaderName::To) {
             Some("missing To")
-        } else if msg.call_id.is_none() && !msg.headers.iter().any(|h| h.name == HeaderName::CallId)
-        {
+        } else if msg.call_id.is_none() && !msg.headers.iter().any(|h| h.name == HeaderName::CallId) {
             Some("missing Call-ID")
         } else if msg.cseq.is_none() && !msg.headers.iter().any(|h| h.name == HeaderName::CSeq) {
             Some("missing CSeq")

@@ -47,7 +47,7 @@ impl Default for TransportConfig {
     fn default() -> Self {
         TransportConfig {
             max_message_bytes: tandem_sip::MAX_MESSAGE_BYTES,
-            max_headers: 128,
+            max_headers: 256,
             tcp_max_connections: 10_000,
             tcp_max_connections_per_peer: 256,
             tcp_idle_timeout: Duration::from_secs(120),
@@ -61,10 +61,7 @@ impl Default for TransportConfig {
 
 impl TransportConfig {
     fn parse_limits(&self) -> ParseLimits {
-        ParseLimits {
-            max_message_bytes: self.max_message_bytes,
-            max_headers: self.max_headers,
-        }
+        ParseLimits { max_message_bytes: self.max_message_bytes, max_headers: self.max_headers }
     }
 }
 
@@ -142,9 +139,7 @@ impl Connections {
     /// Reserves room for one more connection to or from `ip`; false when a limit is reached.
     pub fn admit(&mut self, ip: IpAddr, config: &TransportConfig) -> bool {
         let per_ip = self.per_ip.get(&ip).copied().unwrap_or(0);
-        if self.by_id.len() >= config.tcp_max_connections
-            || per_ip >= config.tcp_max_connections_per_peer
-        {
+        if self.by_id.len() >= config.tcp_max_connections || per_ip >= config.tcp_max_connections_per_peer {
             return false;
         }
         *self.per_ip.entry(ip).or_insert(0) += 1;
@@ -170,11 +165,7 @@ impl Connections {
 impl Transports {
     /// Binds every listener and starts reading. Port 0 binds an ephemeral port
     /// (see [`Self::local_addrs`]).
-    pub async fn bind(
-        specs: &[ListenSpec],
-        config: TransportConfig,
-        sink: Arc<dyn Sink>,
-    ) -> std::io::Result<Transports> {
+    pub async fn bind(specs: &[ListenSpec], config: TransportConfig, sink: Arc<dyn Sink>) -> std::io::Result<Transports> {
         let mut listeners = Vec::new();
         let mut tcp_sockets = Vec::new();
         for spec in specs {
@@ -182,20 +173,12 @@ impl Transports {
                 Protocol::Udp => {
                     let socket = udp::bind(spec.addr, config.udp_socket_buffer_bytes)?;
                     let local = socket.local_addr()?;
-                    listeners.push(Listener {
-                        protocol: Protocol::Udp,
-                        local,
-                        udp: Some(Arc::new(socket)),
-                    });
+                    listeners.push(Listener { protocol: Protocol::Udp, local, udp: Some(Arc::new(socket)) });
                 }
                 Protocol::Tcp => {
                     let listener = tcp::bind(spec.addr)?;
                     let local = listener.local_addr()?;
-                    listeners.push(Listener {
-                        protocol: Protocol::Tcp,
-                        local,
-                        udp: None,
-                    });
+                    listeners.push(Listener { protocol: Protocol::Tcp, local, udp: None });
                     tcp_sockets.push((listeners.len() - 1, listener));
                 }
             }
@@ -214,20 +197,12 @@ impl Transports {
         for (index, listener) in inner.listeners.iter().enumerate() {
             if let Some(socket) = &listener.udp {
                 for _ in 0..inner.config.udp_readers.max(1) {
-                    tasks.push(tokio::spawn(udp::read_loop(
-                        inner.clone(),
-                        socket.clone(),
-                        index as u16,
-                    )));
+                    tasks.push(tokio::spawn(udp::read_loop(inner.clone(), socket.clone(), index as u16)));
                 }
             }
         }
         for (index, listener) in tcp_sockets {
-            tasks.push(tokio::spawn(tcp::accept_loop(
-                inner.clone(),
-                listener,
-                index as u16,
-            )));
+            tasks.push(tokio::spawn(tcp::accept_loop(inner.clone(), listener, index as u16)));
         }
         inner.tasks.lock().extend(tasks);
         Ok(Transports { inner })
@@ -235,29 +210,17 @@ impl Transports {
 
     /// Bound addresses, in the order of the specs given to [`Self::bind`].
     pub fn local_addrs(&self) -> Vec<(Protocol, SocketAddr)> {
-        self.inner
-            .listeners
-            .iter()
-            .map(|l| (l.protocol, l.local))
-            .collect()
+        self.inner.listeners.iter().map(|l| (l.protocol, l.local)).collect()
     }
 
     /// The first listener for a transport: its index (for [`Flow::listener`]) and address.
     pub fn listener_for(&self, transport: Transport) -> Option<(u16, SocketAddr)> {
         let protocol = Protocol::for_transport(transport)?;
-        self.inner
-            .listeners
-            .iter()
-            .enumerate()
-            .find(|(_, l)| l.protocol == protocol)
-            .map(|(i, l)| (i as u16, l.local))
+        self.inner.listeners.iter().enumerate().find(|(_, l)| l.protocol == protocol).map(|(i, l)| (i as u16, l.local))
     }
 
     pub fn listener_addr(&self, index: u16) -> Option<(Protocol, SocketAddr)> {
-        self.inner
-            .listeners
-            .get(index as usize)
-            .map(|l| (l.protocol, l.local))
+        self.inner.listeners.get(index as usize).map(|l| (l.protocol, l.local))
     }
 
     /// Sends without waiting. UDP goes out at once; TCP is queued on the flow's connection,

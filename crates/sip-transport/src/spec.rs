@@ -52,9 +52,7 @@ impl FromStr for ListenSpec {
     type Err = SpecError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (proto, addr) = s
-            .split_once(':')
-            .ok_or_else(|| SpecError::Format(s.to_string()))?;
+        let (proto, addr) = s.split_once(':').ok_or_else(|| SpecError::Format(s.to_string()))?;
         let protocol = match proto.to_ascii_lowercase().as_str() {
             "udp" => Protocol::Udp,
             "tcp" => Protocol::Tcp,

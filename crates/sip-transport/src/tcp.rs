@@ -10,11 +10,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
 pub(crate) fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()?
-    } else {
-        tokio::net::TcpSocket::new_v6()?
-    };
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     socket.listen(1024)
@@ -41,12 +37,7 @@ pub(crate) async fn accept_loop(inner: Arc<Inner>, listener: TcpListener, index:
         let id = inner.new_connection_id();
         let (tx, rx) = mpsc::channel(inner.config.tcp_write_queue);
         register(&inner, id, remote, tx);
-        let flow = Flow {
-            transport: Transport::Tcp,
-            listener: index,
-            connection: id,
-            remote,
-        };
+        let flow = Flow { transport: Transport::Tcp, listener: index, connection: id, remote };
         let task = tokio::spawn(run_connection(inner.clone(), stream, rx, flow));
         inner.track(task);
     }
@@ -56,31 +47,29 @@ fn register(inner: &Inner, id: u64, remote: SocketAddr, writer: mpsc::Sender<Byt
     let mut conns = inner.connections.lock();
     conns.by_id.insert(id, Connection { remote, writer });
     conns.by_remote.insert(remote, id);
-    inner
-        .stats
-        .tcp_open
-        .store(conns.by_id.len() as u64, Ordering::Relaxed);
+    inner.stats.tcp_open.store(conns.by_id.len() as u64, Ordering::Relaxed);
 }
 
 fn unregister(inner: &Inner, id: u64) {
     let mut conns = inner.connections.lock();
     conns.remove(id);
-    inner
-        .stats
-        .tcp_open
-        .store(conns.by_id.len() as u64, Ordering::Relaxed);
+    inner.stats.tcp_open.store(conns.by_id.len() as u64, Ordering::Relaxed);
 }
 
-async fn run_connection(
-    inner: Arc<Inner>,
-    stream: TcpStream,
-    rx: mpsc::Receiver<Bytes>,
-    flow: Flow,
-) {
+/// How long a connection stays writable after reading stopped (peer closed its side, or the
+/// stream could not be framed): responses to what was read before are still in flight
+/// through the executors.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(1500);
+
+async fn run_connection(inner: Arc<Inner>, stream: TcpStream, rx: mpsc::Receiver<Bytes>, flow: Flow) {
     let _ = stream.set_nodelay(true);
     let (read, write) = stream.into_split();
-    let writer = tokio::spawn(write_loop(write, rx));
-    read_loop(&inner, read, flow).await;
+    let mut writer = tokio::spawn(write_loop(write, rx));
+    let ended = read_loop(&inner, read, flow).await;
+    if ended != ReadEnd::Idle {
+        // Keep the connection registered so those responses can still be written.
+        let _ = tokio::time::timeout(LINGER, &mut writer).await;
+    }
     writer.abort();
     unregister(&inner, flow.connection);
     inner.sink.on_flow_closed(flow);
@@ -101,7 +90,14 @@ async fn write_loop(mut write: OwnedWriteHalf, mut rx: mpsc::Receiver<Bytes>) {
     let _ = write.shutdown().await;
 }
 
-async fn read_loop(inner: &Inner, mut read: OwnedReadHalf, flow: Flow) {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReadEnd {
+    Closed,
+    Idle,
+    Unframeable,
+}
+
+async fn read_loop(inner: &Inner, mut read: OwnedReadHalf, flow: Flow) -> ReadEnd {
     let max = inner.config.max_message_bytes;
     let limits = inner.config.parse_limits();
     let mut buf = BytesMut::with_capacity(8192);
@@ -109,9 +105,9 @@ async fn read_loop(inner: &Inner, mut read: OwnedReadHalf, flow: Flow) {
         match tokio::time::timeout(inner.config.tcp_idle_timeout, read.read_buf(&mut buf)).await {
             Err(_) => {
                 inner.stats.tcp_idle_closed.fetch_add(1, Ordering::Relaxed);
-                return;
+                return ReadEnd::Idle;
             }
-            Ok(Ok(0)) | Ok(Err(_)) => return,
+            Ok(Ok(0)) | Ok(Err(_)) => return ReadEnd::Closed,
             Ok(Ok(_)) => {}
         }
         loop {
@@ -135,7 +131,7 @@ async fn read_loop(inner: &Inner, mut read: OwnedReadHalf, flow: Flow) {
                 StreamFrame::Invalid { reason, head_len } => {
                     tracing::debug!(reason, remote = %flow.remote, "closing unframeable tcp stream");
                     report_invalid(inner, &buf, head_len, flow, &limits);
-                    return;
+                    return ReadEnd::Unframeable;
                 }
             }
         }
@@ -147,17 +143,9 @@ async fn read_loop(inner: &Inner, mut read: OwnedReadHalf, flow: Flow) {
 
 /// Hands the header section of an unframeable message up (as a datagram would be parsed, so
 /// it carries a defect and a request gets its 400), before the connection closes.
-fn report_invalid(
-    inner: &Inner,
-    buf: &BytesMut,
-    head_len: Option<usize>,
-    flow: Flow,
-    limits: &tandem_sip::ParseLimits,
-) {
+fn report_invalid(inner: &Inner, buf: &BytesMut, head_len: Option<usize>, flow: Flow, limits: &tandem_sip::ParseLimits) {
     let Some(head_len) = head_len else {
-        inner
-            .sink
-            .on_parse_error(ParseError::TooLarge(buf.len()), flow);
+        inner.sink.on_parse_error(ParseError::TooLarge(buf.len()), flow);
         return;
     };
     match tandem_sip::parse_datagram(Bytes::copy_from_slice(&buf[..head_len]), limits) {
@@ -190,11 +178,7 @@ fn connect(inner: &Inner, flow: Flow, payload: Bytes) -> Result<(), SendError> {
     let Some(owner) = inner.self_arc() else {
         return Err(SendError::NoListener(Transport::Tcp));
     };
-    if !inner
-        .connections
-        .lock()
-        .admit(flow.remote.ip(), &inner.config)
-    {
+    if !inner.connections.lock().admit(flow.remote.ip(), &inner.config) {
         inner.stats.tcp_refused.fetch_add(1, Ordering::Relaxed);
         return Err(SendError::ConnectionLimit);
     }
@@ -202,17 +186,8 @@ fn connect(inner: &Inner, flow: Flow, payload: Bytes) -> Result<(), SendError> {
     let (tx, rx) = mpsc::channel(inner.config.tcp_write_queue);
     let _ = tx.try_send(payload);
     register(inner, id, flow.remote, tx);
-    let listener = inner
-        .listeners
-        .iter()
-        .position(|l| l.protocol == crate::Protocol::Tcp)
-        .unwrap_or(0) as u16;
-    let flow = Flow {
-        transport: Transport::Tcp,
-        listener,
-        connection: id,
-        remote: flow.remote,
-    };
+    let listener = inner.listeners.iter().position(|l| l.protocol == crate::Protocol::Tcp).unwrap_or(0) as u16;
+    let flow = Flow { transport: Transport::Tcp, listener, connection: id, remote: flow.remote };
     let task = tokio::spawn(async move {
         let timeout = owner.config.tcp_connect_timeout;
         match tokio::time::timeout(timeout, TcpStream::connect(flow.remote)).await {

@@ -26,13 +26,8 @@ const OPTIONS: &str = "OPTIONS sip:u@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0
 
 async fn start(config: TransportConfig) -> (Transports, Arc<Collect>) {
     let sink = Arc::new(Collect::default());
-    let specs: Vec<ListenSpec> = vec![
-        "udp:127.0.0.1:0".parse().unwrap(),
-        "tcp:127.0.0.1:0".parse().unwrap(),
-    ];
-    let t = Transports::bind(&specs, config, sink.clone())
-        .await
-        .unwrap();
+    let specs: Vec<ListenSpec> = vec!["udp:127.0.0.1:0".parse().unwrap(), "tcp:127.0.0.1:0".parse().unwrap()];
+    let t = Transports::bind(&specs, config, sink.clone()).await.unwrap();
     (t, sink)
 }
 
@@ -56,8 +51,7 @@ async fn udp_round_trip_and_symmetric_send() {
     let (msg, flow) = sink.messages.lock()[0].clone();
     assert_eq!(msg.call_id(), "c1");
     assert_eq!(flow.remote, client.local_addr().unwrap());
-    t.send(flow, Bytes::from_static(b"SIP/2.0 200 OK\r\n\r\n"))
-        .unwrap();
+    t.send(flow, Bytes::from_static(b"SIP/2.0 200 OK\r\n\r\n")).unwrap();
     let mut buf = [0u8; 100];
     let (n, from) = client.recv_from(&mut buf).await.unwrap();
     assert_eq!(&buf[..n], b"SIP/2.0 200 OK\r\n\r\n");
@@ -103,10 +97,7 @@ async fn tcp_unframeable_stream_is_reported_and_closed() {
     wait_for(|| sink.messages.lock().len() == 1).await;
     assert!(sink.messages.lock()[0].0.defect().is_some());
     let mut buf = [0u8; 16];
-    let n = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut buf))
-        .await
-        .unwrap()
-        .unwrap();
+    let n = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut buf)).await.unwrap().unwrap();
     assert_eq!(n, 0, "connection closed");
     wait_for(|| sink.closed.lock().len() == 1).await;
     wait_for(|| t.open_connections() == 0).await;
@@ -114,11 +105,7 @@ async fn tcp_unframeable_stream_is_reported_and_closed() {
 
 #[tokio::test]
 async fn tcp_limits_and_idle_timeout() {
-    let config = TransportConfig {
-        tcp_max_connections_per_peer: 2,
-        tcp_idle_timeout: Duration::from_millis(300),
-        ..Default::default()
-    };
+    let config = TransportConfig { tcp_max_connections_per_peer: 2, tcp_idle_timeout: Duration::from_millis(300), ..Default::default() };
     let (t, _sink) = start(config).await;
     let server = t.local_addrs()[1].1;
     let mut kept = Vec::new();
@@ -126,17 +113,11 @@ async fn tcp_limits_and_idle_timeout() {
         kept.push(TcpStream::connect(server).await.unwrap());
     }
     let mut buf = [0u8; 1];
-    let n = tokio::time::timeout(Duration::from_secs(2), kept[2].read(&mut buf))
-        .await
-        .unwrap()
-        .unwrap_or(0);
+    let n = tokio::time::timeout(Duration::from_secs(2), kept[2].read(&mut buf)).await.unwrap().unwrap_or(0);
     assert_eq!(n, 0, "third connection from one peer is refused");
     assert_eq!(t.stats().tcp_refused.load(Ordering::Relaxed), 1);
     // Idle connections are closed after the timeout.
-    let n = tokio::time::timeout(Duration::from_secs(2), kept[0].read(&mut buf))
-        .await
-        .unwrap()
-        .unwrap_or(0);
+    let n = tokio::time::timeout(Duration::from_secs(2), kept[0].read(&mut buf)).await.unwrap().unwrap_or(0);
     assert_eq!(n, 0);
     wait_for(|| t.open_connections() == 0).await;
     assert!(t.stats().tcp_idle_closed.load(Ordering::Relaxed) >= 2);
@@ -147,12 +128,7 @@ async fn tcp_outgoing_connection_and_failure() {
     let (t, sink) = start(TransportConfig::default()).await;
     let peer = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let remote = peer.local_addr().unwrap();
-    let flow = Flow {
-        transport: Transport::Tcp,
-        listener: 1,
-        connection: 0,
-        remote,
-    };
+    let flow = Flow { transport: Transport::Tcp, listener: 1, connection: 0, remote };
     t.send(flow, Bytes::from_static(b"hello")).unwrap();
     t.send(flow, Bytes::from_static(b" again")).unwrap();
     let (mut s, _) = peer.accept().await.unwrap();
@@ -161,12 +137,7 @@ async fn tcp_outgoing_connection_and_failure() {
     assert_eq!(&buf, b"hello again");
     drop(peer);
     // Nothing listens on this port any more: the connect fails and the flow is reported closed.
-    let dead = Flow {
-        transport: Transport::Tcp,
-        listener: 1,
-        connection: 0,
-        remote: "127.0.0.1:1".parse().unwrap(),
-    };
+    let dead = Flow { transport: Transport::Tcp, listener: 1, connection: 0, remote: "127.0.0.1:1".parse().unwrap() };
     t.send(dead, Bytes::from_static(b"x")).unwrap();
     wait_for(|| sink.closed.lock().iter().any(|f| f.remote == dead.remote)).await;
 }

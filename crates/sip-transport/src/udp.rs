@@ -8,11 +8,7 @@ use tandem_sip::{parse_datagram, Flow, Transport};
 use tokio::net::UdpSocket;
 
 pub(crate) fn bind(addr: SocketAddr, buffer_bytes: usize) -> std::io::Result<UdpSocket> {
-    let socket = Socket::new(
-        Domain::for_address(addr),
-        Type::DGRAM,
-        Some(SockProtocol::UDP),
-    )?;
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(SockProtocol::UDP))?;
     // Best effort: the kernel caps these at net.core.{r,w}mem_max.
     let _ = socket.set_recv_buffer_size(buffer_bytes);
     let _ = socket.set_send_buffer_size(buffer_bytes);
@@ -36,20 +32,10 @@ pub(crate) async fn read_loop(inner: Arc<Inner>, socket: Arc<UdpSocket>, listene
                 continue;
             }
         };
-        let flow = Flow {
-            transport: Transport::Udp,
-            listener,
-            connection: 0,
-            remote,
-        };
+        let flow = Flow { transport: Transport::Udp, listener, connection: 0, remote };
         if len > max {
-            inner
-                .stats
-                .udp_oversize_dropped
-                .fetch_add(1, Ordering::Relaxed);
-            inner
-                .sink
-                .on_parse_error(tandem_sip::ParseError::TooLarge(len), flow);
+            inner.stats.udp_oversize_dropped.fetch_add(1, Ordering::Relaxed);
+            inner.sink.on_parse_error(tandem_sip::ParseError::TooLarge(len), flow);
             continue;
         }
         match parse_datagram(Bytes::copy_from_slice(&buf[..len]), &limits) {

@@ -15,21 +15,13 @@ pub async fn serve(
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
-    let app = Router::new()
-        .route("/health", get(|| async { "ok\n" }))
-        .route(
-            "/metrics",
-            get(move || {
-                let container = container.clone();
-                async move {
-                    (
-                        [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-                        container.metrics_text(),
-                    )
-                        .into_response()
-                }
-            }),
-        );
+    let app = Router::new().route("/health", get(|| async { "ok\n" })).route(
+        "/metrics",
+        get(move || {
+            let container = container.clone();
+            async move { ([(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], container.metrics_text()).into_response() }
+        }),
+    );
     let task = tokio::spawn(async move {
         let mut shutdown = shutdown;
         let served = axum::serve(listener, app).with_graceful_shutdown(async move {

@@ -76,59 +76,38 @@ impl Config {
     /// Reads the file (or the embedded default), applies `--set KEY=VALUE` overrides, checks.
     pub fn load(file: Option<&std::path::Path>, sets: &[String]) -> Result<Config> {
         let text = match file {
-            Some(path) => std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?,
+            Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
             None => DEFAULT_CONFIG.to_string(),
         };
-        let mut value: toml::Table = text.parse().with_context(|| {
-            format!(
-                "parsing {}",
-                file.map_or("the default configuration".into(), |p| p
-                    .display()
-                    .to_string())
-            )
-        })?;
+        let mut value: toml::Table = text
+            .parse()
+            .with_context(|| format!("parsing {}", file.map_or("the default configuration".into(), |p| p.display().to_string())))?;
         for set in sets {
             apply_set(&mut value, set)?;
         }
-        let config: Config = toml::Value::Table(value)
-            .try_into()
-            .context("invalid configuration")?;
+        let config: Config = toml::Value::Table(value).try_into().context("invalid configuration")?;
         config.listen_specs()?;
         Ok(config)
     }
 
     pub fn listen_specs(&self) -> Result<Vec<ListenSpec>> {
-        self.server
-            .listen
-            .iter()
-            .map(|s| {
-                s.parse::<ListenSpec>()
-                    .with_context(|| format!("server.listen entry {s:?}"))
-            })
-            .collect()
+        self.server.listen.iter().map(|s| s.parse::<ListenSpec>().with_context(|| format!("server.listen entry {s:?}"))).collect()
     }
 }
 
 /// `a.b=value`: the value is read as TOML (number, boolean, array, ...), else as a string.
 fn apply_set(root: &mut toml::Table, set: &str) -> Result<()> {
-    let Some((path, raw)) = set.split_once('=') else {
-        bail!("--set expects KEY=VALUE, got {set:?}")
-    };
+    let Some((path, raw)) = set.split_once('=') else { bail!("--set expects KEY=VALUE, got {set:?}") };
     let value = format!("v = {raw}")
         .parse::<toml::Table>()
         .ok()
         .and_then(|mut t| t.remove("v"))
         .unwrap_or_else(|| toml::Value::String(raw.to_string()));
     let mut parts: Vec<&str> = path.trim().split('.').collect();
-    let Some(last) = parts.pop().filter(|l| !l.is_empty()) else {
-        bail!("--set {set:?}: empty key")
-    };
+    let Some(last) = parts.pop().filter(|l| !l.is_empty()) else { bail!("--set {set:?}: empty key") };
     let mut table = root;
     for part in parts {
-        let entry = table
-            .entry(part.to_string())
-            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let entry = table.entry(part.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
         table = match entry {
             toml::Value::Table(t) => t,
             _ => bail!("--set {set:?}: {part} is not a section"),
@@ -152,13 +131,8 @@ mod tests {
 
     #[test]
     fn set_overrides_typed_values() {
-        let sets = [
-            "uas.hold=2s",
-            "proxy.next_hop=tcp:127.0.0.1:5070",
-            "container.executors=3",
-            "transport.udp_readers=2",
-        ]
-        .map(String::from);
+        let sets =
+            ["uas.hold=2s", "proxy.next_hop=tcp:127.0.0.1:5070", "container.executors=3", "transport.udp_readers=2"].map(String::from);
         let c = Config::load(None, &sets).unwrap();
         assert_eq!(c.uas.hold, Duration::from_secs(2));
         assert_eq!(c.proxy.next_hop.as_deref(), Some("tcp:127.0.0.1:5070"));
@@ -169,10 +143,7 @@ mod tests {
     #[test]
     fn bad_input_is_explained() {
         let err = Config::load(None, &["uas.hold=forever".into()]).unwrap_err();
-        assert!(
-            format!("{err:#}").contains("invalid configuration"),
-            "{err:#}"
-        );
+        assert!(format!("{err:#}").contains("invalid configuration"), "{err:#}");
         assert!(Config::load(None, &["server.listen=[\"sctp:1.2.3.4:5\"]".into()]).is_err());
         assert!(Config::load(None, &["nokey".into()]).is_err());
         assert!(Config::load(None, &["uas.colour=1".into()]).is_err());

@@ -45,19 +45,17 @@ struct RunArgs {
 
 fn main() -> Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
     match cli.command {
         Command::Run(args) => {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .context("starting the runtime")?;
-            runtime.block_on(run(args))
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
+            let result = runtime.block_on(run(args));
+            // Tasks still parked on sockets need not be waited for: everything is stopped.
+            runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+            result
         }
     }
 }
@@ -76,30 +74,19 @@ async fn run(args: RunArgs) -> Result<()> {
         Some(name) => vec![RouteRule::catch_all(name)],
         None => config.routes.clone(),
     };
-    let services: Vec<(String, Arc<dyn Service>)> = vec![
-        ("uas".to_string(), Arc::new(Uas::new(&config.uas))),
-        ("proxy".to_string(), Arc::new(Proxy::new(&config.proxy)?)),
-    ];
-    let settings = ContainerSettings {
-        container: config.container.clone(),
-        routes,
-    };
+    let services: Vec<(String, Arc<dyn Service>)> =
+        vec![("uas".to_string(), Arc::new(Uas::new(&config.uas))), ("proxy".to_string(), Arc::new(Proxy::new(&config.proxy)?))];
+    let settings = ContainerSettings { container: config.container.clone(), routes };
     let listen = config.listen_specs()?;
-    let container = Arc::new(
-        Container::start(settings, services, &listen, config.transport.to_config()).await?,
-    );
+    let container = Arc::new(Container::start(settings, services, &listen, config.transport.to_config()).await?);
     for (protocol, addr) in container.local_addrs() {
         println!("listening on {}:{addr}", protocol.as_str());
     }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let admin = match &config.server.admin {
         Some(addr) => {
-            let addr = addr
-                .parse()
-                .with_context(|| format!("server.admin {addr:?} is not IP:PORT"))?;
-            let (local, task) = admin::serve(addr, container.clone(), stop_rx)
-                .await
-                .context("starting the admin endpoint")?;
+            let addr = addr.parse().with_context(|| format!("server.admin {addr:?} is not IP:PORT"))?;
+            let (local, task) = admin::serve(addr, container.clone(), stop_rx).await.context("starting the admin endpoint")?;
             println!("admin on http://{local}");
             Some(task)
         }
@@ -116,6 +103,7 @@ async fn run(args: RunArgs) -> Result<()> {
         Ok(container) => container.shutdown().await,
         Err(_) => tracing::warn!("container still referenced at shutdown"),
     }
+    tracing::info!("stopped");
     Ok(())
 }
 

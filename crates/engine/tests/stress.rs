@@ -1,0 +1,277 @@
+//! Randomized stress: many executions on several executor threads rendezvous in pairs across
+//! executions (like the dating service's T7), for every negotiator. After each run the
+//! invariants must hold: pairing is symmetric, nobody is paired twice, no update was lost,
+//! every lock was released.
+
+use bytes::Bytes;
+use rand::{Rng, SeedableRng};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tandem_container::{
+    executor_for, AttrValue, ContainerConfig, Core, CoreParts, IdSource, Locals, Metrics, Post, RouteRule, Service, ServiceId, Services,
+    SessionId, SessionStore,
+};
+use tandem_engine::{Compiled, Handler, HandlerError, MachineService, Negotiator, Transition};
+use tandem_sip::{Flow, Transport};
+
+const PAIRING: &str = r#"
+service pairing
+
+role Party holds state {
+  peer: session Party
+  pairings: int
+}
+
+states {
+  initial Idle
+  Waiting
+  Paired
+  final Done
+}
+
+transition Join: Idle -> Waiting
+  when msg.method == INVITE
+  handles msg.sips
+
+transition Pair: Waiting -> Paired
+  let p = session(msg.payl)
+  when msg.method == MESSAGE && p != null && p != msg.sips && p.state == Waiting
+  handles msg.sips, p
+  moves p -> Paired
+
+transition Busy: Waiting -> same
+  let p = session(msg.payl)
+  when msg.method == MESSAGE && (p == null || p == msg.sips || p.state != Waiting)
+  handles msg.sips
+
+transition Late: Paired -> same
+  when msg.method == MESSAGE
+  handles msg.sips
+
+transition Hangup: Waiting, Paired -> Done
+  when msg.method == BYE
+  handles msg.sips
+"#;
+
+struct Pairing;
+
+impl Handler for Pairing {
+    fn do_transition(&self, name: &str, t: &mut Transition<'_, '_>) -> Result<(), HandlerError> {
+        match name {
+            "Join" => {
+                let me = t.accept()?;
+                t.set_role(me, "Party")?;
+                t.set_attr(me, "pairings", AttrValue::Int(0))?;
+                t.answer(me, 200, None)?;
+            }
+            "Pair" => {
+                let me = t.sips().ok_or_else(|| HandlerError("no session".into()))?;
+                let peer = t.resolve(&t.event().payload()).ok_or_else(|| HandlerError("peer vanished".into()))?;
+                for (a, b) in [(me, peer), (peer, me)] {
+                    t.set_attr(a, "peer", AttrValue::Session(b))?;
+                    let n = match t.attr(a, "pairings")? {
+                        Some(AttrValue::Int(n)) => n,
+                        _ => 0,
+                    };
+                    t.set_attr(a, "pairings", AttrValue::Int(n + 1))?;
+                }
+                t.respond(200);
+            }
+            _ => t.respond(200),
+        }
+        Ok(())
+    }
+}
+
+enum Input {
+    Sip(Bytes),
+    Post(ServiceId, Post),
+    Stop,
+}
+
+struct Sim {
+    inboxes: Vec<mpsc::Sender<Input>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    store: Arc<SessionStore>,
+    service: Arc<MachineService<Pairing>>,
+}
+
+fn start(executors: usize, negotiator: Negotiator, seed: u64) -> Sim {
+    let machine = tandem_contract::parse(PAIRING).expect("pairing contract parses");
+    let service = MachineService::new("pairing", Compiled::new(machine).unwrap(), Pairing, negotiator, None);
+    let services = Arc::new(Services::new(vec![("pairing".to_string(), service.clone() as Arc<dyn Service>)]));
+    let store = Arc::new(SessionStore::default());
+    let metrics = Arc::new(Metrics::new(executors));
+    let locals = Arc::new(Locals::new(&[(Transport::Udp, "127.0.0.1:5060".parse().unwrap())], None));
+    let config = Arc::new(ContainerConfig::default());
+    let routes = Arc::new(vec![RouteRule::catch_all("pairing")]);
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..executors).map(|_| mpsc::channel::<Input>()).unzip();
+    let mut threads = Vec::new();
+    for (index, rx) in receivers.into_iter().enumerate() {
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(seed);
+        rng.set_stream(index as u64);
+        let mut core = Core::new(CoreParts {
+            executor: index as u16,
+            executors: executors as u16,
+            config: config.clone(),
+            routes: routes.clone(),
+            store: store.clone(),
+            metrics: metrics.clone(),
+            locals: locals.clone(),
+            services: services.clone(),
+            ids: IdSource::new(rng),
+        });
+        let peers = senders.clone();
+        threads.push(std::thread::spawn(move || {
+            let flow = Flow { transport: Transport::Udp, listener: 0, connection: 0, remote: "127.0.0.1:5061".parse().unwrap() };
+            while let Ok(input) = rx.recv() {
+                let now = Instant::now();
+                match input {
+                    Input::Sip(bytes) => {
+                        let msg = tandem_sip::parse_datagram(bytes, &Default::default()).expect("test SIP parses");
+                        core.on_message(now, msg, flow);
+                    }
+                    Input::Post(service, work) => core.run_post(now, service, work),
+                    Input::Stop => return,
+                }
+                while core.poll_transmit().is_some() {}
+                for (executor, service, work) in core.take_posts() {
+                    let _ = peers[executor as usize].send(Input::Post(service, work));
+                }
+            }
+        }));
+    }
+    Sim { inboxes: senders, threads, store, service }
+}
+
+impl Sim {
+    fn send(&self, call_id: &str, text: String) {
+        let executor = executor_for(call_id, self.inboxes.len() as u16) as usize;
+        self.inboxes[executor].send(Input::Sip(Bytes::from(text))).expect("executor alive");
+    }
+
+    fn stop(self) -> (Arc<SessionStore>, Arc<MachineService<Pairing>>) {
+        for tx in &self.inboxes {
+            let _ = tx.send(Input::Stop);
+        }
+        for t in self.threads {
+            t.join().expect("executor thread panicked");
+        }
+        (self.store, self.service)
+    }
+}
+
+fn invite(i: usize) -> String {
+    format!("INVITE sip:pairing@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5061;branch=z9hG4bKi{i}\r\nFrom: <sip:p{i}@x>;tag=f{i}\r\nTo: <sip:pairing@127.0.0.1>\r\nCall-ID: call-{i}\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n")
+}
+
+fn message(i: usize, to_tag: &str, seq: u32, body: &str) -> String {
+    format!(
+        "MESSAGE sip:pairing@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5061;branch=z9hG4bKm{i}x{seq}\r\nFrom: <sip:p{i}@x>;tag=f{i}\r\nTo: <sip:pairing@127.0.0.1>;tag={to_tag}\r\nCall-ID: call-{i}\r\nCSeq: {seq} MESSAGE\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+fn run(negotiator: Negotiator, executors: usize, executions: usize, rounds: usize, seed: u64) {
+    let sim = start(executors, negotiator, seed);
+    for i in 0..executions {
+        sim.send(&format!("call-{i}"), invite(i));
+    }
+    // Find each execution's session (ID and local tag) in the shared store.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut sessions: Vec<Option<(SessionId, String)>> = vec![None; executions];
+    while sessions.iter().any(Option::is_none) {
+        assert!(Instant::now() < deadline, "INVITEs not all handled");
+        std::thread::sleep(Duration::from_millis(5));
+        sessions = find_sessions(&sim.store, executions);
+    }
+    let sessions: Vec<(SessionId, String)> = sessions.into_iter().map(|s| s.unwrap()).collect();
+    let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(seed ^ 0x5eed);
+    let mut seq = vec![1u32; executions];
+    for _ in 0..rounds {
+        for i in 0..executions {
+            let target = rng.gen_range(0..executions + executions / 10);
+            let body = match target {
+                t if t < executions => sessions[t].0.to_string(),
+                _ => "0123456789abcdef0123456789abcdef".to_string(), // unknown session: Busy
+            };
+            seq[i] += 1;
+            sim.send(&format!("call-{i}"), message(i, &sessions[i].1, seq[i], &body));
+        }
+    }
+    // Let every executor drain: messages and posts settle when nothing is parked.
+    let settle = Instant::now() + Duration::from_secs(20);
+    loop {
+        std::thread::sleep(Duration::from_millis(50));
+        let total: u64 = ["Pair", "Busy", "Late"].iter().map(|n| sim.service.transition_count(n)).sum();
+        if total as usize == executions * rounds && sim.service.held_locks() == 0 {
+            break;
+        }
+        assert!(Instant::now() < settle, "messages not all handled: {total} of {}", executions * rounds);
+    }
+    let (store, service) = sim.stop();
+    check_invariants(&store, &sessions, &service);
+}
+
+/// Each execution's session (ID and local tag), found by Call-ID in the shared store.
+fn find_sessions(store: &SessionStore, executions: usize) -> Vec<Option<(SessionId, String)>> {
+    let mut found = vec![None; executions];
+    for cell in store.snapshot() {
+        let s = cell.lock();
+        if let Some(i) = s.dialog.call_id.strip_prefix("call-").and_then(|n| n.parse::<usize>().ok()) {
+            if i < executions {
+                found[i] = Some((s.id, s.dialog.local_tag.to_string()));
+            }
+        }
+    }
+    found
+}
+
+fn check_invariants(store: &SessionStore, sessions: &[(SessionId, String)], service: &MachineService<Pairing>) {
+    let mut paired = 0;
+    for (id, _) in sessions {
+        let cell = store.session(*id).expect("session alive");
+        let s = cell.lock();
+        let state = s.attributes.get_str("@state").unwrap_or("Idle").to_string();
+        let pairings = s.attributes.get_int("pairings").unwrap_or(-1);
+        let peer = s.attributes.get_session("peer");
+        drop(s);
+        assert!(pairings <= 1, "{id} paired {pairings} times");
+        match state.as_str() {
+            "Paired" => {
+                paired += 1;
+                assert_eq!(pairings, 1, "{id} is Paired but was paired {pairings} times");
+                let peer = peer.expect("a paired session has a peer");
+                let back = store.session(peer).expect("peer alive").lock().attributes.get_session("peer");
+                assert_eq!(back, Some(*id), "pairing is not symmetric");
+            }
+            "Waiting" => assert_eq!((pairings, peer), (0, None), "{id} waits but has a peer"),
+            other => panic!("{id} in unexpected state {other}"),
+        }
+    }
+    assert_eq!(paired % 2, 0);
+    assert_eq!(service.transition_count("Pair") as usize * 2, paired, "a pairing was lost or doubled");
+    assert_eq!(service.held_locks(), 0);
+}
+
+#[test]
+fn ordered_negotiator_rendezvous() {
+    for seed in 0..3 {
+        run(Negotiator::Ordered, 3, 60, 4, seed);
+    }
+}
+
+#[test]
+fn single_assign_negotiator_rendezvous() {
+    for seed in 0..3 {
+        run(Negotiator::SingleAssign, 3, 60, 4, seed);
+    }
+}
+
+#[test]
+fn global_negotiator_rendezvous() {
+    for seed in 0..3 {
+        run(Negotiator::Global, 2, 60, 4, seed);
+    }
+}
