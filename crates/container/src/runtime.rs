@@ -157,10 +157,16 @@ impl Container {
 
     /// The Prometheus text exposition of every metric.
     pub fn metrics_text(&self) -> String {
-        let mut text = self.metrics.render(self.store.live_sessions(), self.store.live_app_sessions(), self.transports.open_connections());
+        let text = self.metrics.render(self.store.live_sessions(), self.store.live_app_sessions(), self.transports.open_connections());
+        // Services' families go before the OpenMetrics end marker.
+        let mut text = match text.strip_suffix("# EOF\n") {
+            Some(body) => body.to_string(),
+            None => text,
+        };
         for service in &self.services.list {
             text.push_str(&service.metrics_text());
         }
+        text.push_str("# EOF\n");
         text
     }
 
