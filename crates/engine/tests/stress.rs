@@ -174,6 +174,7 @@ fn message(i: usize, to_tag: &str, seq: u32, body: &str) -> String {
 }
 
 fn run(negotiator: Negotiator, executors: usize, executions: usize, rounds: usize, seed: u64) {
+    let started = Instant::now();
     let sim = start(executors, negotiator, seed);
     for i in 0..executions {
         sim.send(&format!("call-{i}"), invite(i));
@@ -210,8 +211,15 @@ fn run(negotiator: Negotiator, executors: usize, executions: usize, rounds: usiz
         }
         assert!(Instant::now() < settle, "messages not all handled: {total} of {}", executions * rounds);
     }
+    let elapsed = started.elapsed();
     let (store, service) = sim.stop();
     check_invariants(&store, &sessions, &service);
+    eprintln!(
+        "{negotiator:?}: {executors} executors, {executions} executions, {} messages in {elapsed:?}: pairs {}, back-offs {}",
+        executions * (rounds + 1),
+        service.transition_count("Pair"),
+        service.backoffs()
+    );
 }
 
 /// Each execution's session (ID and local tag), found by Call-ID in the shared store.
@@ -258,20 +266,20 @@ fn check_invariants(store: &SessionStore, sessions: &[(SessionId, String)], serv
 #[test]
 fn ordered_negotiator_rendezvous() {
     for seed in 0..3 {
-        run(Negotiator::Ordered, 3, 60, 4, seed);
+        run(Negotiator::Ordered, 3, 200, 5, seed);
     }
 }
 
 #[test]
 fn single_assign_negotiator_rendezvous() {
     for seed in 0..3 {
-        run(Negotiator::SingleAssign, 3, 60, 4, seed);
+        run(Negotiator::SingleAssign, 3, 200, 5, seed);
     }
 }
 
 #[test]
 fn global_negotiator_rendezvous() {
     for seed in 0..3 {
-        run(Negotiator::Global, 2, 60, 4, seed);
+        run(Negotiator::Global, 2, 200, 5, seed);
     }
 }
