@@ -77,7 +77,13 @@ pub struct Transition {
     pub name: Ident,
     /// Source states (`A, B -> C`).
     pub from: Vec<Ident>,
+    /// Target state. For `-> same` with one source, that source (and `stays` is true); with
+    /// several sources, the first source, and `stays` tells that each source stays where it is.
+    /// The span of `to` is the span of the word `same` in both cases.
     pub to: Ident,
+    /// `-> same`: the execution stays in whichever source state it is in (a self-loop on every
+    /// source). Use [`Transition::target_for`] to get the state after the transition.
+    pub stays: bool,
     /// `let x = EXPR` bindings, evaluated in order before the guard.
     pub lets: Vec<Let>,
     /// `when EXPR`.
@@ -191,5 +197,220 @@ impl Machine {
 
     pub fn transition(&self, name: &str) -> Option<&Transition> {
         self.transitions.iter().find(|t| t.name.name == name)
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Helpers added with the parser and checker (tandem-contract). No existing meaning changed.
+
+impl Span {
+    /// The smallest span covering `self` and `other` (line/col of whichever starts first).
+    pub fn cover(self, other: Span) -> Span {
+        let (first, _) = if other.start < self.start { (other, self) } else { (self, other) };
+        Span { start: first.start, end: self.end.max(other.end), line: first.line, col: first.col }
+    }
+}
+
+impl Ident {
+    pub fn new(name: impl Into<String>, span: Span) -> Ident {
+        Ident { name: name.into(), span }
+    }
+}
+
+impl std::fmt::Display for Ident {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+impl Machine {
+    pub fn final_states(&self) -> impl Iterator<Item = &State> {
+        self.states.iter().filter(|s| s.kind == StateKind::Final)
+    }
+
+    /// The role whose sessions carry the execution state (`holds state`), if exactly one does.
+    pub fn state_holder(&self) -> Option<&Role> {
+        let mut holders = self.roles.iter().filter(|r| r.holds_state);
+        let first = holders.next()?;
+        holders.next().is_none().then_some(first)
+    }
+
+    /// Transitions whose `from` contains `state`, in declaration order: the ones whose guards
+    /// the engine evaluates for an execution in `state`.
+    pub fn transitions_from<'a>(&'a self, state: &'a str) -> impl Iterator<Item = &'a Transition> + 'a {
+        self.transitions.iter().filter(move |t| t.from.iter().any(|f| f.name == state))
+    }
+}
+
+impl Role {
+    pub fn attribute(&self, name: &str) -> Option<&Attribute> {
+        self.attributes.iter().find(|a| a.name.name == name)
+    }
+}
+
+impl Transition {
+    /// The state an execution in `source` (one of `from`) is in after this transition:
+    /// `source` itself for `-> same`, else `to`.
+    pub fn target_for<'a>(&'a self, source: &'a str) -> &'a str {
+        if self.stays {
+            source
+        } else {
+            &self.to.name
+        }
+    }
+
+    /// `(source, target)` for every source state, with `-> same` resolved.
+    pub fn edges(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.from.iter().map(move |f| (f.name.as_str(), self.target_for(&f.name)))
+    }
+}
+
+impl Nav {
+    /// The name of the root as written: `msg.sips`, `msg.method`, ..., or the variable's name.
+    pub fn root_text(&self) -> &str {
+        match &self.root {
+            NavRoot::MsgMethod => "msg.method",
+            NavRoot::MsgStatus => "msg.status",
+            NavRoot::MsgPayload => "msg.payl",
+            NavRoot::MsgTimer => "msg.timer",
+            NavRoot::MsgSips => "msg.sips",
+            NavRoot::MsgApps => "msg.apps",
+            NavRoot::Var(v) => &v.name,
+        }
+    }
+
+    /// True when both designate the same thing (same root and path; spans ignored).
+    pub fn same_as(&self, other: &Nav) -> bool {
+        self.root_text() == other.root_text()
+            && matches!(self.root, NavRoot::Var(_)) == matches!(other.root, NavRoot::Var(_))
+            && self.path.len() == other.path.len()
+            && self.path.iter().zip(&other.path).all(|(a, b)| a.name == b.name)
+    }
+}
+
+impl std::fmt::Display for Nav {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.root_text())?;
+        for p in &self.path {
+            write!(f, ".{}", p.name)?;
+        }
+        Ok(())
+    }
+}
+
+impl CmpOp {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CmpOp::Eq => "==",
+            CmpOp::Ne => "!=",
+            CmpOp::Lt => "<",
+            CmpOp::Le => "<=",
+            CmpOp::Gt => ">",
+            CmpOp::Ge => ">=",
+        }
+    }
+
+    /// The operator of the negated comparison: `!(a < b)` is `a >= b`.
+    pub fn negate(self) -> CmpOp {
+        match self {
+            CmpOp::Eq => CmpOp::Ne,
+            CmpOp::Ne => CmpOp::Eq,
+            CmpOp::Lt => CmpOp::Ge,
+            CmpOp::Le => CmpOp::Gt,
+            CmpOp::Gt => CmpOp::Le,
+            CmpOp::Ge => CmpOp::Lt,
+        }
+    }
+
+    /// The operator with the operands swapped: `a < b` is `b > a`.
+    pub fn flip(self) -> CmpOp {
+        match self {
+            CmpOp::Eq => CmpOp::Eq,
+            CmpOp::Ne => CmpOp::Ne,
+            CmpOp::Lt => CmpOp::Gt,
+            CmpOp::Le => CmpOp::Ge,
+            CmpOp::Gt => CmpOp::Lt,
+            CmpOp::Ge => CmpOp::Le,
+        }
+    }
+
+    pub fn is_ordering(self) -> bool {
+        !matches!(self, CmpOp::Eq | CmpOp::Ne)
+    }
+}
+
+impl std::fmt::Display for CmpOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Expr {
+    /// Binding strength for printing: 1 `||`, 2 `&&`, 3 comparison, 4 `!`, 5 primary.
+    fn precedence(&self) -> u8 {
+        match self {
+            Expr::Or(..) => 1,
+            Expr::And(..) => 2,
+            Expr::Cmp(..) => 3,
+            Expr::Not(..) => 4,
+            _ => 5,
+        }
+    }
+
+    fn fmt_operand(&self, f: &mut std::fmt::Formatter<'_>, min: u8) -> std::fmt::Result {
+        if self.precedence() < min {
+            write!(f, "({self})")
+        } else {
+            write!(f, "{self}")
+        }
+    }
+}
+
+/// Prints the expression in the contract language's syntax, with the parentheses precedence
+/// needs (so the output parses back to the same tree, spans aside).
+impl std::fmt::Display for Expr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Expr::Nav(n) => write!(f, "{n}"),
+            Expr::SessionOf(e, _) => write!(f, "session({e})"),
+            Expr::Name(i) => f.write_str(&i.name),
+            Expr::Str(s, _) => {
+                f.write_str("\"")?;
+                for c in s.chars() {
+                    match c {
+                        '"' => f.write_str("\\\"")?,
+                        '\\' => f.write_str("\\\\")?,
+                        '\n' => f.write_str("\\n")?,
+                        '\t' => f.write_str("\\t")?,
+                        c => write!(f, "{c}")?,
+                    }
+                }
+                f.write_str("\"")
+            }
+            Expr::Int(i, _) => write!(f, "{i}"),
+            Expr::Bool(b, _) => write!(f, "{b}"),
+            Expr::Null(_) => f.write_str("null"),
+            Expr::Not(e, _) => {
+                f.write_str("!")?;
+                e.fmt_operand(f, 4)
+            }
+            // `&&` and `||` are associative: a right operand of the same operator needs no
+            // parentheses for meaning, but keep them so the printed tree is the parsed one.
+            Expr::And(a, b) => {
+                a.fmt_operand(f, 2)?;
+                f.write_str(" && ")?;
+                b.fmt_operand(f, 3)
+            }
+            Expr::Or(a, b) => {
+                a.fmt_operand(f, 1)?;
+                f.write_str(" || ")?;
+                b.fmt_operand(f, 2)
+            }
+            Expr::Cmp(a, op, b) => {
+                a.fmt_operand(f, 4)?;
+                write!(f, " {op} ")?;
+                b.fmt_operand(f, 4)
+            }
+        }
     }
 }

@@ -13,9 +13,7 @@ pub struct MessageWriter {
 
 impl MessageWriter {
     pub fn with_capacity(capacity: usize) -> Self {
-        MessageWriter {
-            buf: BytesMut::with_capacity(capacity),
-        }
+        MessageWriter { buf: BytesMut::with_capacity(capacity) }
     }
 
     pub fn request_line(mut self, method: &Method, uri: &str) -> Self {
@@ -98,8 +96,7 @@ pub struct ResponseBuilder {
 
 impl ResponseBuilder {
     pub fn new(request: &Message, status: u16, reason: &str, to_tag: Option<&str>) -> Self {
-        let mut writer = MessageWriter::with_capacity(512 + request.via_header_count() * 64)
-            .status_line(status, reason);
+        let mut writer = MessageWriter::with_capacity(512 + request.via_header_count() * 64).status_line(status, reason);
         writer.copy_headers_named(request, HeaderName::Via);
         writer.copy_headers_named(request, HeaderName::From);
         match (request.to_tag(), to_tag) {

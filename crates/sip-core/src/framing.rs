@@ -14,52 +14,30 @@ pub enum StreamFrame {
     KeepAlive { len: usize, double: bool },
     /// The stream cannot be framed (no usable Content-Length, or too large): answer if possible,
     /// then close. `head_len` bytes hold the header section when it is complete.
-    Invalid {
-        reason: &'static str,
-        head_len: Option<usize>,
-    },
+    Invalid { reason: &'static str, head_len: Option<usize> },
 }
 
 pub fn frame_stream(buf: &[u8], max_bytes: usize) -> StreamFrame {
-    let lead = buf
-        .iter()
-        .take_while(|b| matches!(b, b'\r' | b'\n'))
-        .count();
+    let lead = buf.iter().take_while(|b| matches!(b, b'\r' | b'\n')).count();
     if lead > 0 {
         let double = buf[..lead].windows(4).any(|w| w == b"\r\n\r\n");
         return StreamFrame::KeepAlive { len: lead, double };
     }
     let Some(head_len) = memchr::memmem::find(buf, b"\r\n\r\n").map(|i| i + 4) else {
         return if buf.len() > max_bytes {
-            StreamFrame::Invalid {
-                reason: "header section too large",
-                head_len: None,
-            }
+            StreamFrame::Invalid { reason: "header section too large", head_len: None }
         } else {
             StreamFrame::Incomplete
         };
     };
     let content_length = match content_length(&buf[..head_len]) {
         Ok(Some(n)) => n,
-        Ok(None) => {
-            return StreamFrame::Invalid {
-                reason: "Content-Length is required on stream transports",
-                head_len: Some(head_len),
-            }
-        }
-        Err(reason) => {
-            return StreamFrame::Invalid {
-                reason,
-                head_len: Some(head_len),
-            }
-        }
+        Ok(None) => return StreamFrame::Invalid { reason: "Content-Length is required on stream transports", head_len: Some(head_len) },
+        Err(reason) => return StreamFrame::Invalid { reason, head_len: Some(head_len) },
     };
     let total = head_len.saturating_add(content_length);
     if total > max_bytes {
-        return StreamFrame::Invalid {
-            reason: "message too large",
-            head_len: Some(head_len),
-        };
+        return StreamFrame::Invalid { reason: "message too large", head_len: Some(head_len) };
     }
     if buf.len() < total {
         return StreamFrame::Incomplete;
@@ -88,24 +66,14 @@ fn content_length(head: &[u8]) -> Result<Option<usize>, &'static str> {
         if value.is_empty() || value.len() > 9 || !value.iter().all(u8::is_ascii_digit) {
             return Err("malformed Content-Length");
         }
-        found = Some(
-            value
-                .iter()
-                .fold(0usize, |n, d| n * 10 + usize::from(d - b'0')),
-        );
+        found = Some(value.iter().fold(0usize, |n, d| n * 10 + usize::from(d - b'0')));
     }
     Ok(found)
 }
 
 fn trim(b: &[u8]) -> &[u8] {
-    let start = b
-        .iter()
-        .position(|c| !c.is_ascii_whitespace())
-        .unwrap_or(b.len());
-    let end = b
-        .iter()
-        .rposition(|c| !c.is_ascii_whitespace())
-        .map_or(start, |e| e + 1);
+    let start = b.iter().position(|c| !c.is_ascii_whitespace()).unwrap_or(b.len());
+    let end = b.iter().rposition(|c| !c.is_ascii_whitespace()).map_or(start, |e| e + 1);
     &b[start..end.max(start)]
 }
 
@@ -116,34 +84,13 @@ mod tests {
     #[test]
     fn frames() {
         let m = b"OPTIONS sip:a@b SIP/2.0\r\nl: 3\r\n\r\nabcNEXT";
-        assert_eq!(
-            frame_stream(m, MAX_MESSAGE_BYTES),
-            StreamFrame::Message { len: m.len() - 4 }
-        );
-        assert_eq!(
-            frame_stream(&m[..20], MAX_MESSAGE_BYTES),
-            StreamFrame::Incomplete
-        );
-        assert_eq!(
-            frame_stream(&m[..m.len() - 6], MAX_MESSAGE_BYTES),
-            StreamFrame::Incomplete
-        );
-        assert_eq!(
-            frame_stream(b"\r\n\r\nINV", MAX_MESSAGE_BYTES),
-            StreamFrame::KeepAlive {
-                len: 4,
-                double: true
-            }
-        );
+        assert_eq!(frame_stream(m, MAX_MESSAGE_BYTES), StreamFrame::Message { len: m.len() - 4 });
+        assert_eq!(frame_stream(&m[..20], MAX_MESSAGE_BYTES), StreamFrame::Incomplete);
+        assert_eq!(frame_stream(&m[..m.len() - 6], MAX_MESSAGE_BYTES), StreamFrame::Incomplete);
+        assert_eq!(frame_stream(b"\r\n\r\nINV", MAX_MESSAGE_BYTES), StreamFrame::KeepAlive { len: 4, double: true });
         let neg = b"INVITE sip:a@b SIP/2.0\r\nContent-Length: -999\r\n\r\n";
-        assert!(matches!(
-            frame_stream(neg, MAX_MESSAGE_BYTES),
-            StreamFrame::Invalid { .. }
-        ));
+        assert!(matches!(frame_stream(neg, MAX_MESSAGE_BYTES), StreamFrame::Invalid { .. }));
         let big = vec![b'a'; MAX_MESSAGE_BYTES + 1];
-        assert!(matches!(
-            frame_stream(&big, MAX_MESSAGE_BYTES),
-            StreamFrame::Invalid { head_len: None, .. }
-        ));
+        assert!(matches!(frame_stream(&big, MAX_MESSAGE_BYTES), StreamFrame::Invalid { head_len: None, .. }));
     }
 }

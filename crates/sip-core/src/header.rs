@@ -64,10 +64,7 @@ impl HeaderName {
             (b"server", HeaderName::Server),
             (b"user-agent", HeaderName::UserAgent),
         ];
-        NAMES
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map_or(HeaderName::Other, |(_, h)| *h)
+        NAMES.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map_or(HeaderName::Other, |(_, h)| *h)
     }
 
     /// Canonical spelling used when Tandem writes the header.
@@ -119,10 +116,7 @@ mod tests {
 
     #[test]
     fn compact_and_case_insensitive() {
-        assert_eq!(
-            HeaderName::from_bytes(b"MaX-fOrWaRdS"),
-            HeaderName::MaxForwards
-        );
+        assert_eq!(HeaderName::from_bytes(b"MaX-fOrWaRdS"), HeaderName::MaxForwards);
         assert_eq!(HeaderName::from_bytes(b"I"), HeaderName::CallId);
         assert_eq!(HeaderName::from_bytes(b"C%6Fntact"), HeaderName::Other);
     }

@@ -2,11 +2,7 @@
 
 /// `token` characters of RFC 3261: alphanumerics and `-.!%*_+`'~`.
 pub(crate) fn is_token_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric()
-        || matches!(
-            b,
-            b'-' | b'.' | b'!' | b'%' | b'*' | b'_' | b'+' | b'`' | b'\'' | b'~'
-        )
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'!' | b'%' | b'*' | b'_' | b'+' | b'`' | b'\'' | b'~')
 }
 
 pub(crate) fn is_token(s: &str) -> bool {
@@ -39,12 +35,7 @@ pub(crate) struct TopLevelSplit<'a> {
 }
 
 pub(crate) fn split_top(s: &str, sep: u8) -> TopLevelSplit<'_> {
-    TopLevelSplit {
-        s,
-        pos: 0,
-        sep,
-        done: false,
-    }
+    TopLevelSplit { s, pos: 0, sep, done: false }
 }
 
 impl<'a> Iterator for TopLevelSplit<'a> {
@@ -132,11 +123,7 @@ pub(crate) fn parse_param(raw: &str) -> Option<Param<'_>> {
     if let Some(v) = value {
         let quoted = v.len() >= 2 && v.starts_with('"') && v.ends_with('"');
         let host_like = v.starts_with('[') && v.ends_with(']');
-        if !quoted
-            && !host_like
-            && !is_token(v)
-            && !v.bytes().all(|b| is_token_byte(b) || b == b':')
-        {
+        if !quoted && !host_like && !is_token(v) && !v.bytes().all(|b| is_token_byte(b) || b == b':') {
             return None;
         }
     }
@@ -185,15 +172,8 @@ mod tests {
         assert!(parse_params(p).is_some());
         assert_eq!(find_param(p, "TAG"), Some(Some("1918181833n")));
         assert_eq!(find_param(p, "q"), Some(Some("0.33")));
-        assert_eq!(
-            parse_param("lr"),
-            Some(Param {
-                name: "lr",
-                value: None
-            })
-        );
+        assert_eq!(parse_param("lr"), Some(Param { name: "lr", value: None }));
         assert!(parse_params(";,").is_none());
         assert!(parse_params("a;;b").is_none());
     }
 }
-

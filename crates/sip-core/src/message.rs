@@ -16,10 +16,7 @@ pub struct Span {
 impl Span {
     pub(crate) fn new(start: usize, end: usize) -> Span {
         debug_assert!(start <= end);
-        Span {
-            start: start as u32,
-            end: end as u32,
-        }
+        Span { start: start as u32, end: end as u32 }
     }
 
     pub fn range(self) -> std::ops::Range<usize> {
@@ -172,10 +169,7 @@ impl Message {
 
     /// First value of the first header with this name (known names only).
     pub fn header(&self, name: HeaderName) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|h| h.name == name)
-            .map(|h| self.text(h.value))
+        self.headers.iter().find(|h| h.name == name).map(|h| self.text(h.value))
     }
 
     /// Header by its textual name, case-insensitive (compact forms not mapped for `Other`).
@@ -183,21 +177,12 @@ impl Message {
         let known = HeaderName::from_bytes(name.as_bytes());
         self.headers
             .iter()
-            .find(|h| {
-                if known == HeaderName::Other {
-                    self.text(h.name_span).eq_ignore_ascii_case(name)
-                } else {
-                    h.name == known
-                }
-            })
+            .find(|h| if known == HeaderName::Other { self.text(h.name_span).eq_ignore_ascii_case(name) } else { h.name == known })
             .map(|h| self.text(h.value))
     }
 
     pub fn headers_named(&self, name: HeaderName) -> impl Iterator<Item = &str> + '_ {
-        self.headers
-            .iter()
-            .filter(move |h| h.name == name)
-            .map(|h| self.text(h.value))
+        self.headers.iter().filter(move |h| h.name == name).map(|h| self.text(h.value))
     }
 
     pub fn call_id(&self) -> &str {
@@ -296,17 +281,13 @@ impl Message {
 
     /// Comma-separated values of every header with this name, with the header's index.
     pub fn values_of(&self, name: HeaderName) -> impl Iterator<Item = (usize, &str)> + '_ {
-        self.headers
-            .iter()
-            .enumerate()
-            .filter(move |(_, h)| h.name == name)
-            .flat_map(move |(i, h)| {
-                crate::lex::split_top(self.text(h.value), b',')
-                    .filter_map(Result::ok)
-                    .map(crate::lex::trim_lws)
-                    .filter(|v| !v.is_empty())
-                    .map(move |v| (i, v))
-            })
+        self.headers.iter().enumerate().filter(move |(_, h)| h.name == name).flat_map(move |(i, h)| {
+            crate::lex::split_top(self.text(h.value), b',')
+                .filter_map(Result::ok)
+                .map(crate::lex::trim_lws)
+                .filter(|v| !v.is_empty())
+                .map(move |v| (i, v))
+        })
     }
 
     /// Absolute span of a slice previously borrowed from this message's text.
@@ -321,18 +302,9 @@ impl Message {
 impl fmt::Debug for Message {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.start {
-            StartLine::Request { method, .. } => {
-                write!(f, "{} {}", method, self.request_uri_text())?
-            }
-            StartLine::Response { status, .. } => {
-                write!(f, "SIP/2.0 {} {}", status, self.reason())?
-            }
+            StartLine::Request { method, .. } => write!(f, "{} {}", method, self.request_uri_text())?,
+            StartLine::Response { status, .. } => write!(f, "SIP/2.0 {} {}", status, self.reason())?,
         }
-        write!(
-            f,
-            " (call-id {:?}, branch {:?})",
-            self.call_id(),
-            self.branch()
-        )
+        write!(f, " (call-id {:?}, branch {:?})", self.call_id(), self.branch())
     }
 }

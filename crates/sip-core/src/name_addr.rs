@@ -22,12 +22,7 @@ impl<'a> NameAddr<'a> {
             Some(lt) => {
                 let gt = lt + value[lt..].find('>')?;
                 let display = trim_lws(&value[..lt]);
-                (
-                    Some(display).filter(|d| !d.is_empty()),
-                    &value[lt + 1..gt],
-                    &value[gt + 1..],
-                    true,
-                )
+                (Some(display).filter(|d| !d.is_empty()), &value[lt + 1..gt], &value[gt + 1..], true)
             }
             None => match value.find(';') {
                 Some(semi) => (None, trim_lws(&value[..semi]), &value[semi..], false),
@@ -49,12 +44,7 @@ impl<'a> NameAddr<'a> {
             None if rest.is_empty() => "",
             None => return None,
         };
-        Some(NameAddr {
-            display,
-            uri_text,
-            params,
-            bracketed,
-        })
+        Some(NameAddr { display, uri_text, params, bracketed })
     }
 
     pub fn uri(&self) -> Option<Uri<'a>> {
@@ -78,9 +68,7 @@ fn display_name_valid(d: &str) -> bool {
     if d.starts_with('"') {
         return lex::skip_quoted(d.as_bytes(), 0) == Some(d.len());
     }
-    d.split([' ', '\t', '\r', '\n'])
-        .filter(|w| !w.is_empty())
-        .all(lex::is_token)
+    d.split([' ', '\t', '\r', '\n']).filter(|w| !w.is_empty()).all(lex::is_token)
 }
 
 #[cfg(test)]
@@ -89,17 +77,11 @@ mod tests {
 
     #[test]
     fn forms() {
-        let n = NameAddr::parse(
-            r#""J Rosenberg \\\""       <sip:jdrosen@example.com>  ;   tag = 98asjd8"#,
-        )
-        .unwrap();
+        let n = NameAddr::parse(r#""J Rosenberg \\\""       <sip:jdrosen@example.com>  ;   tag = 98asjd8"#).unwrap();
         assert_eq!(n.tag(), Some("98asjd8"));
         assert_eq!(n.uri_text, "sip:jdrosen@example.com");
         let n = NameAddr::parse("sip:caller@example.net;tag=134161461246").unwrap();
-        assert_eq!(
-            (n.uri_text, n.tag()),
-            ("sip:caller@example.net", Some("134161461246"))
-        );
+        assert_eq!((n.uri_text, n.tag()), ("sip:caller@example.net", Some("134161461246")));
         assert!(NameAddr::parse("isbn:2983792873").is_some());
         assert!(NameAddr::parse(r#""Mr. J. User <sip:j.user@example.com>"#).is_none());
         assert!(NameAddr::parse("Bell, Alexander <sip:a.g.bell@example.com>;tag=43").is_none());

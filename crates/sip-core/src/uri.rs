@@ -40,12 +40,7 @@ impl<'a> Uri<'a> {
         let colon = s.find(':')?;
         let scheme = &s[..colon];
         let rest = &s[colon + 1..];
-        if !is_scheme(scheme)
-            || rest.is_empty()
-            || rest
-                .bytes()
-                .any(|b| lex::is_lws(b) || b == b'<' || b == b'>')
-        {
+        if !is_scheme(scheme) || rest.is_empty() || rest.bytes().any(|b| lex::is_lws(b) || b == b'<' || b == b'>') {
             return None;
         }
         if scheme.eq_ignore_ascii_case("sip") || scheme.eq_ignore_ascii_case("sips") {
@@ -103,14 +98,7 @@ impl<'a> SipUri<'a> {
         if !params.is_empty() {
             lex::parse_params(params)?;
         }
-        Some(SipUri {
-            secure,
-            user,
-            host,
-            port,
-            params,
-            headers,
-        })
+        Some(SipUri { secure, user, host, port, params, headers })
     }
 
     /// The user part without any `;`-parameters of a telephone-subscriber user.
@@ -139,10 +127,7 @@ impl<'a> SipUri<'a> {
 }
 
 pub(crate) fn host_ip(host: &str) -> Option<IpAddr> {
-    let bare = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host);
+    let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
     bare.parse().ok()
 }
 
@@ -176,9 +161,7 @@ fn escapes_valid(s: &str) -> bool {
     let mut i = 0;
     while i < b.len() {
         if b[i] == b'%' {
-            if !(b.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
-                && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
-            {
+            if !(b.get(i + 1).is_some_and(u8::is_ascii_hexdigit) && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit)) {
                 return false;
             }
             i += 3;
@@ -205,19 +188,12 @@ pub(crate) fn split_host_port(s: &str) -> Option<(&str, Option<u16>)> {
             None => (s, None),
         }
     };
-    if !host.starts_with('[')
-        && (host.is_empty()
-            || !host
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.'))
-    {
+    if !host.starts_with('[') && (host.is_empty() || !host.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')) {
         return None;
     }
     let port = match port_text {
         None => None,
-        Some(p) if !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => {
-            Some(p.parse::<u16>().ok()?)
-        }
+        Some(p) if !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => Some(p.parse::<u16>().ok()?),
         Some(_) => return None,
     };
     Some((host, port))
@@ -229,9 +205,7 @@ mod tests {
 
     #[test]
     fn sip_uri_parts() {
-        let Some(Uri::Sip(u)) =
-            Uri::parse("sip:user;par=u%40example.net@example.com:5070;lr;transport=tcp?x=y")
-        else {
+        let Some(Uri::Sip(u)) = Uri::parse("sip:user;par=u%40example.net@example.com:5070;lr;transport=tcp?x=y") else {
             panic!("not parsed")
         };
         assert_eq!(u.user, Some("user;par=u%40example.net"));
@@ -245,9 +219,7 @@ mod tests {
 
     #[test]
     fn ipv6_references() {
-        let Some(Uri::Sip(u)) = Uri::parse("sip:[2001:db8::10]:5070") else {
-            panic!()
-        };
+        let Some(Uri::Sip(u)) = Uri::parse("sip:[2001:db8::10]:5070") else { panic!() };
         assert_eq!((u.host, u.port), ("[2001:db8::10]", Some(5070)));
         assert!(Uri::parse("sip:2001:db8::10").is_none());
         assert!(Uri::parse("sip:user@[2001:db8:::192.0.2.1]").is_none());
@@ -255,14 +227,8 @@ mod tests {
 
     #[test]
     fn other_schemes_and_rejects() {
-        assert_eq!(
-            Uri::parse("tel:+1-201-555-0123").map(|u| u.scheme()),
-            Some(Scheme::Tel)
-        );
-        assert_eq!(
-            Uri::parse("soap.beep://192.0.2.103:3002").map(|u| u.scheme()),
-            Some(Scheme::Other)
-        );
+        assert_eq!(Uri::parse("tel:+1-201-555-0123").map(|u| u.scheme()), Some(Scheme::Tel));
+        assert_eq!(Uri::parse("soap.beep://192.0.2.103:3002").map(|u| u.scheme()), Some(Scheme::Other));
         assert!(Uri::parse("<sip:user@example.com>").is_none());
         assert!(Uri::parse("sip:user@host:99999").is_none());
         assert!(Uri::parse("sip:us%zzer@host").is_none());

@@ -24,9 +24,7 @@ impl Transport {
             ("WS", Transport::Ws),
             ("WSS", Transport::Wss),
         ];
-        ALL.iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(s))
-            .map_or(Transport::Other, |(_, t)| *t)
+        ALL.iter().find(|(n, _)| n.eq_ignore_ascii_case(s)).map_or(Transport::Other, |(_, t)| *t)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -63,22 +61,11 @@ impl<'a> Via<'a> {
         let mut rest = value;
         let mut protocol = [""; 3];
         for (i, part) in protocol.iter_mut().enumerate() {
-            let end = if i < 2 {
-                rest.find('/')?
-            } else {
-                first_lws_after_token(rest)?
-            };
+            let end = if i < 2 { rest.find('/')? } else { first_lws_after_token(rest)? };
             *part = trim_lws(&rest[..end]);
-            rest = if i < 2 {
-                &rest[end + 1..]
-            } else {
-                &rest[end..]
-            };
+            rest = if i < 2 { &rest[end + 1..] } else { &rest[end..] };
         }
-        if !protocol[0].eq_ignore_ascii_case("SIP")
-            || protocol[1] != "2.0"
-            || !lex::is_token(protocol[2])
-        {
+        if !protocol[0].eq_ignore_ascii_case("SIP") || protocol[1] != "2.0" || !lex::is_token(protocol[2]) {
             return None;
         }
         let rest = trim_lws(rest);
@@ -92,13 +79,7 @@ impl<'a> Via<'a> {
         } else if rest.ends_with(';') {
             return None;
         }
-        Some(Via {
-            transport: Transport::parse(protocol[2]),
-            transport_text: protocol[2],
-            host,
-            port,
-            params,
-        })
+        Some(Via { transport: Transport::parse(protocol[2]), transport_text: protocol[2], host, port, params })
     }
 
     pub fn param(&self, name: &str) -> Option<Option<&'a str>> {
@@ -124,13 +105,8 @@ impl<'a> Via<'a> {
 
 /// End of the transport token: skips leading LWS, then the token.
 fn first_lws_after_token(s: &str) -> Option<usize> {
-    let start = s.len()
-        - s.trim_start_matches(|c: char| c.is_ascii() && lex::is_lws(c as u8))
-            .len();
-    let token_len = s[start..]
-        .bytes()
-        .take_while(|b| lex::is_token_byte(*b))
-        .count();
+    let start = s.len() - s.trim_start_matches(|c: char| c.is_ascii() && lex::is_lws(c as u8)).len();
+    let token_len = s[start..].bytes().take_while(|b| lex::is_token_byte(*b)).count();
     (token_len > 0).then_some(start + token_len)
 }
 
@@ -141,31 +117,14 @@ mod tests {
     #[test]
     fn tortuous_via() {
         let v = Via::parse("SIP  /   2.0\r\n /UDP\r\n    192.0.2.2;branch=390skdjuw").unwrap();
-        assert_eq!(
-            (v.transport, v.host, v.port, v.branch()),
-            (Transport::Udp, "192.0.2.2", None, Some("390skdjuw"))
-        );
-        let v = Via::parse(" SIP  /    2.0   / UDP  192.168.255.111   ; branch=\r\n z9hG4bK30239")
-            .unwrap();
+        assert_eq!((v.transport, v.host, v.port, v.branch()), (Transport::Udp, "192.0.2.2", None, Some("390skdjuw")));
+        let v = Via::parse(" SIP  /    2.0   / UDP  192.168.255.111   ; branch=\r\n z9hG4bK30239").unwrap();
         assert_eq!(v.branch(), Some("z9hG4bK30239"));
-        let v = Via::parse(
-            "SIP/2.0/UDP [2001:db8::9:1];received=[2001:db8::9:255];branch=z9hG4bKas3-111",
-        )
-        .unwrap();
+        let v = Via::parse("SIP/2.0/UDP [2001:db8::9:1];received=[2001:db8::9:255];branch=z9hG4bKas3-111").unwrap();
         assert_eq!(v.received(), Some("[2001:db8::9:255]"));
-        assert_eq!(
-            Via::parse("SIP/2.0/UNKNOWN t4.example.com;branch=x")
-                .unwrap()
-                .transport,
-            Transport::Other
-        );
+        assert_eq!(Via::parse("SIP/2.0/UNKNOWN t4.example.com;branch=x").unwrap().transport, Transport::Other);
         assert!(Via::parse("SIP/2.0/UDP 192.0.2.15;;,;,,").is_none());
         assert!(Via::parse("SIP/7.0/UDP c.example.com;branch=z9hG4bKkdjuw").is_none());
-        assert_eq!(
-            Via::parse("SIP/2.0/UDP h:5060;rport;branch=z9")
-                .unwrap()
-                .rport(),
-            Some(None)
-        );
+        assert_eq!(Via::parse("SIP/2.0/UDP h:5060;rport;branch=z9").unwrap().rport(), Some(None));
     }
 }

@@ -22,6 +22,18 @@ struct Cli {
 enum Command {
     /// Run the server (no options: the embedded default configuration on 127.0.0.1:5060).
     Run(RunArgs),
+    /// Check a contract file: errors and warnings as file:line:col; exit 1 on errors.
+    Check { file: PathBuf },
+    /// Draw a contract's business machine.
+    Diagram {
+        file: PathBuf,
+        /// dot, mermaid or svg (svg needs Graphviz's `dot`).
+        #[arg(long, default_value = "dot")]
+        format: String,
+        /// Output file (default: standard output).
+        #[arg(short = 'o', long = "output")]
+        output: Option<PathBuf>,
+    },
 }
 
 #[derive(clap::Args)]
@@ -44,20 +56,51 @@ struct RunArgs {
 }
 
 fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check { file } => std::process::exit(check(&file)?),
+        Command::Diagram { file, format, output } => diagram(&file, &format, output.as_deref()),
+        Command::Run(args) => serve(args),
+    }
+}
+
+fn check(file: &std::path::Path) -> Result<i32> {
+    let report = tandem_contract::check_file(file).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let text = report.render();
+    if !text.is_empty() {
+        eprint!("{text}");
+        if !text.ends_with('\n') {
+            eprintln!();
+        }
+    }
+    Ok(if report.has_errors() { 1 } else { 0 })
+}
+
+fn diagram(file: &std::path::Path, format: &str, output: Option<&std::path::Path>) -> Result<()> {
+    let format: tandem_contract::diagram::Format = format.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (machine, warnings) = tandem_contract::load(file).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let source = std::fs::read_to_string(file).unwrap_or_default();
+    for w in &warnings {
+        eprintln!("{}", tandem_contract::render(w, &file.display().to_string(), &source));
+    }
+    let text = tandem_contract::diagram::render(&machine, format).map_err(|e| anyhow::anyhow!("{e}"))?;
+    match output {
+        Some(path) => std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?,
+        None => print!("{text}"),
+    }
+    Ok(())
+}
+
+fn serve(args: RunArgs) -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
-    match cli.command {
-        Command::Run(args) => {
-            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
-            let result = runtime.block_on(run(args));
-            // Tasks still parked on sockets need not be waited for: everything is stopped.
-            runtime.shutdown_timeout(std::time::Duration::from_millis(100));
-            result
-        }
-    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
+    let result = runtime.block_on(run(args));
+    // Tasks still parked on sockets need not be waited for: everything is stopped.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    result
 }
 
 async fn run(args: RunArgs) -> Result<()> {

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Install the tools Tandem's system tests and benchmarks need, when missing.
+#
+#   command   Debian package
+#   sipp      sip-tester
+#   sipsak    sipsak
+#   ip        iproute2
+#   python3   python3
+#   dot       graphviz (contract diagrams as SVG)
+#
+# Idempotent: does nothing when every command is already on PATH.
+# Needs root (or passwordless apt-get as root) only when something is missing.
+set -euo pipefail
+
+declare -A PKG_FOR=(
+  [sipp]=sip-tester
+  [sipsak]=sipsak
+  [ip]=iproute2
+  [python3]=python3
+  [dot]=graphviz
+)
+
+missing_cmds=()
+missing_pkgs=()
+for cmd in sipp sipsak ip python3 dot; do
+  if ! command -v "$cmd" >/dev/null 2>&1; then
+    missing_cmds+=("$cmd")
+    missing_pkgs+=("${PKG_FOR[$cmd]}")
+  fi
+done
+
+if [ "${#missing_pkgs[@]}" -eq 0 ]; then
+  echo "install-test-deps: all present (sipp, sipsak, ip, python3, dot)"
+  exit 0
+fi
+
+echo "install-test-deps: missing commands: ${missing_cmds[*]} (packages: ${missing_pkgs[*]})"
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-test-deps: ERROR: not running as root, cannot install ${missing_pkgs[*]}." >&2
+  echo "install-test-deps: run as root, or: sudo apt-get update && sudo apt-get install -y ${missing_pkgs[*]}" >&2
+  exit 1
+fi
+
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "install-test-deps: ERROR: apt-get not found; install ${missing_pkgs[*]} by hand." >&2
+  exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+apt-get update
+apt-get install -y --no-install-recommends "${missing_pkgs[@]}"
+
+still_missing=()
+for cmd in "${missing_cmds[@]}"; do
+  command -v "$cmd" >/dev/null 2>&1 || still_missing+=("$cmd")
+done
+if [ "${#still_missing[@]}" -ne 0 ]; then
+  echo "install-test-deps: ERROR: still missing after install: ${still_missing[*]}" >&2
+  exit 1
+fi
+echo "install-test-deps: installed ${missing_pkgs[*]}"
