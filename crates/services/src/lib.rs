@@ -2,8 +2,10 @@
 //! container does the SIP plumbing.
 #![forbid(unsafe_code)]
 
+pub mod pairing;
 pub mod proxy;
 pub mod uas;
 
+pub use pairing::{pairing_service, PAIRING_CONTRACT};
 pub use proxy::{Proxy, ProxyConfig};
 pub use uas::{Uas, UasConfig};

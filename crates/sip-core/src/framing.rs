@@ -48,18 +48,26 @@ pub fn frame_stream(buf: &[u8], max_bytes: usize) -> StreamFrame {
 /// Finds a single, well-formed Content-Length (or `l`) header in a header section.
 fn content_length(head: &[u8]) -> Result<Option<usize>, &'static str> {
     let mut found = None;
-    for line in head.split(|b| *b == b'\n').skip(1) {
+    let mut lines = head.split(|b| *b == b'\n').skip(1).peekable();
+    let folded = |l: &&[u8]| l.first().is_some_and(|b| *b == b' ' || *b == b'\t');
+    while let Some(line) = lines.next() {
         let Some(colon) = memchr::memchr(b':', line) else {
             continue;
         };
-        if line.first().is_some_and(|b| *b == b' ' || *b == b'\t') {
+        if folded(&line) {
             continue;
         }
         let name = trim(&line[..colon]);
         if !(name.eq_ignore_ascii_case(b"content-length") || name.eq_ignore_ascii_case(b"l")) {
             continue;
         }
-        let value = trim(&line[colon + 1..]);
+        let mut value = trim(&line[colon + 1..]);
+        // A folded value continues on the next line (RFC 3261 §7.3.1).
+        if value.is_empty() {
+            if let Some(next) = lines.next_if(folded) {
+                value = trim(next);
+            }
+        }
         if found.is_some() {
             return Err("more than one Content-Length");
         }
@@ -88,6 +96,8 @@ mod tests {
         assert_eq!(frame_stream(&m[..20], MAX_MESSAGE_BYTES), StreamFrame::Incomplete);
         assert_eq!(frame_stream(&m[..m.len() - 6], MAX_MESSAGE_BYTES), StreamFrame::Incomplete);
         assert_eq!(frame_stream(b"\r\n\r\nINV", MAX_MESSAGE_BYTES), StreamFrame::KeepAlive { len: 4, double: true });
+        let folded = b"OPTIONS sip:a@b SIP/2.0\r\nContent-Length:\r\n 3\r\n\r\nabc";
+        assert_eq!(frame_stream(folded, MAX_MESSAGE_BYTES), StreamFrame::Message { len: folded.len() });
         let neg = b"INVITE sip:a@b SIP/2.0\r\nContent-Length: -999\r\n\r\n";
         assert!(matches!(frame_stream(neg, MAX_MESSAGE_BYTES), StreamFrame::Invalid { .. }));
         let big = vec![b'a'; MAX_MESSAGE_BYTES + 1];

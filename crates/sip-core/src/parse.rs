@@ -158,13 +158,15 @@ impl<'a> Parser<'a> {
             return Err(ParseError::BadStartLine);
         }
         let method = Method::from_bytes(method_text.as_bytes(), self.buf);
-        let uri = parts.next().unwrap_or("");
-        let version = parts.next().unwrap_or("");
+        // Missing parts are empty slices at the end of the line, so their spans stay inside it.
+        let end = &line[line.len()..];
+        let uri = parts.next().unwrap_or(end);
+        let version = parts.next().unwrap_or(end);
         let uri_span = self.span(uri);
         if parts.next().is_some() || uri.is_empty() {
             self.fail(BAD, "malformed Request-Line");
         } else if !version.eq_ignore_ascii_case("SIP/2.0") {
-            let looks_like_version = version.len() > 4 && version[..4].eq_ignore_ascii_case("SIP/");
+            let looks_like_version = version.len() > 4 && version.get(..4).is_some_and(|p| p.eq_ignore_ascii_case("SIP/"));
             if looks_like_version {
                 self.fail(505, "unsupported SIP version");
             } else {

@@ -9,9 +9,7 @@ use tandem_sip::{frame_stream, parse_datagram, parse_stream_message, ParseLimits
 fn corpus_dir() -> PathBuf {
     std::env::var_os("TANDEM_CONFORMANCE_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance")
-        })
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance"))
 }
 
 /// `ok`: parses with no defect; a number: a request whose answer is that status;
@@ -106,21 +104,14 @@ fn every_corpus_file_has_an_expectation() {
     let mut files = Vec::new();
     for sub in ["rfc4475", "rfc4475/extra", "rfc5118", "rfc5118/cl-fixed"] {
         for entry in std::fs::read_dir(dir.join(sub)).expect("corpus folder") {
-            let name = entry
-                .expect("entry")
-                .file_name()
-                .into_string()
-                .expect("utf8 name");
+            let name = entry.expect("entry").file_name().into_string().expect("utf8 name");
             if name.ends_with(".dat") {
                 files.push(format!("{sub}/{name}"));
             }
         }
     }
     for f in &files {
-        assert!(
-            EXPECTED.iter().any(|(name, _)| name == f),
-            "no expectation for {f}"
-        );
+        assert!(EXPECTED.iter().any(|(name, _)| name == f), "no expectation for {f}");
     }
     assert_eq!(files.len(), EXPECTED.len());
 }
@@ -153,11 +144,7 @@ fn valid_messages_expose_their_core_headers() {
     if !dir.exists() {
         return;
     }
-    let m = parse_datagram(
-        Bytes::from(std::fs::read(dir.join("rfc4475/wsinv.dat")).unwrap()),
-        &ParseLimits::default(),
-    )
-    .unwrap();
+    let m = parse_datagram(Bytes::from(std::fs::read(dir.join("rfc4475/wsinv.dat")).unwrap()), &ParseLimits::default()).unwrap();
     assert_eq!(m.call_id(), "wsinv.ndaksdj@192.0.2.1");
     assert_eq!(m.cseq().map(|c| c.seq), Some(9));
     assert_eq!(m.max_forwards(), Some(68));
@@ -168,16 +155,8 @@ fn valid_messages_expose_their_core_headers() {
     assert_eq!(m.via_header_count(), 2);
     assert_eq!(m.values_of(tandem_sip::HeaderName::Via).count(), 3);
 
-    let m = parse_datagram(
-        Bytes::from(std::fs::read(dir.join("rfc4475/dblreq.dat")).unwrap()),
-        &ParseLimits::default(),
-    )
-    .unwrap();
-    assert_eq!(
-        m.body_len(),
-        0,
-        "bytes past Content-Length are not part of the message"
-    );
+    let m = parse_datagram(Bytes::from(std::fs::read(dir.join("rfc4475/dblreq.dat")).unwrap()), &ParseLimits::default()).unwrap();
+    assert_eq!(m.body_len(), 0, "bytes past Content-Length are not part of the message");
     assert_eq!(m.call_id(), "dblreq.0ha0isndaksdj99sdfafnl3lk233412");
 }
 
@@ -189,12 +168,9 @@ fn stream_framing_of_the_corpus() {
         return;
     }
     let dbl = std::fs::read(dir.join("rfc4475/dblreq.dat")).unwrap();
-    let StreamFrame::Message { len } = frame_stream(&dbl, 65_536) else {
-        panic!("dblreq not framed")
-    };
+    let StreamFrame::Message { len } = frame_stream(&dbl, 65_536) else { panic!("dblreq not framed") };
     assert!(len < dbl.len());
-    let first =
-        parse_stream_message(Bytes::copy_from_slice(&dbl[..len]), &ParseLimits::default()).unwrap();
+    let first = parse_stream_message(Bytes::copy_from_slice(&dbl[..len]), &ParseLimits::default()).unwrap();
     assert_eq!(first.method().map(|m| m.as_str()), Some("REGISTER"));
     assert_eq!(first.defect(), None);
     let clerr = std::fs::read(dir.join("rfc4475/clerr.dat")).unwrap();

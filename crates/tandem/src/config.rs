@@ -21,6 +21,10 @@ pub struct Config {
     pub uas: UasConfig,
     #[serde(default)]
     pub proxy: ProxyConfig,
+    /// Negotiator per contract service (`ordered`, `single-assign`, `global`); `default`
+    /// applies to services not named.
+    #[serde(default)]
+    pub negotiator: std::collections::BTreeMap<String, String>,
     #[serde(default, rename = "route")]
     pub routes: Vec<RouteRule>,
 }
@@ -87,7 +91,19 @@ impl Config {
         }
         let config: Config = toml::Value::Table(value).try_into().context("invalid configuration")?;
         config.listen_specs()?;
+        for (service, name) in &config.negotiator {
+            name.parse::<tandem_engine::Negotiator>().map_err(|e| anyhow::anyhow!("negotiator.{service}: {e}"))?;
+        }
         Ok(config)
+    }
+
+    /// The negotiator configured for a contract service.
+    pub fn negotiator_for(&self, service: &str) -> tandem_engine::Negotiator {
+        self.negotiator
+            .get(service)
+            .or_else(|| self.negotiator.get("default"))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(tandem_engine::Negotiator::SingleAssign)
     }
 
     pub fn listen_specs(&self) -> Result<Vec<ListenSpec>> {
@@ -138,6 +154,11 @@ mod tests {
         assert_eq!(c.proxy.next_hop.as_deref(), Some("tcp:127.0.0.1:5070"));
         assert_eq!(c.container.executors, 3);
         assert_eq!(c.transport.udp_readers, 2);
+        assert_eq!(c.negotiator_for("pairing"), tandem_engine::Negotiator::SingleAssign);
+        let c = Config::load(None, &["negotiator.pairing=ordered".into(), "negotiator.default=global".into()]).unwrap();
+        assert_eq!(c.negotiator_for("pairing"), tandem_engine::Negotiator::Ordered);
+        assert_eq!(c.negotiator_for("dating"), tandem_engine::Negotiator::Global);
+        assert!(Config::load(None, &["negotiator.pairing=optimistic".into()]).is_err());
     }
 
     #[test]

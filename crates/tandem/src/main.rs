@@ -117,8 +117,11 @@ async fn run(args: RunArgs) -> Result<()> {
         Some(name) => vec![RouteRule::catch_all(name)],
         None => config.routes.clone(),
     };
-    let services: Vec<(String, Arc<dyn Service>)> =
-        vec![("uas".to_string(), Arc::new(Uas::new(&config.uas))), ("proxy".to_string(), Arc::new(Proxy::new(&config.proxy)?))];
+    let services: Vec<(String, Arc<dyn Service>)> = vec![
+        ("uas".to_string(), Arc::new(Uas::new(&config.uas))),
+        ("proxy".to_string(), Arc::new(Proxy::new(&config.proxy)?)),
+        ("pairing".to_string(), tandem_services::pairing_service(config.negotiator_for("pairing"))?),
+    ];
     let settings = ContainerSettings { container: config.container.clone(), routes };
     let listen = config.listen_specs()?;
     let container = Arc::new(Container::start(settings, services, &listen, config.transport.to_config()).await?);
