@@ -113,6 +113,7 @@ impl<'a> Context<'a> {
             invite_tx: Some(tx),
             answered: true,
             pending_invite: None,
+            pending_request: None,
         })?;
         self.st.server_owner.insert(tx, ServerOwner::Session(id));
         self.st.metrics.message_out(Some(&Method::Invite), Some(200), req.flow.transport);
@@ -148,6 +149,7 @@ impl<'a> Context<'a> {
             invite_tx: Some(tx),
             answered: false,
             pending_invite: Some(msg.clone()),
+            pending_request: None,
         })?;
         self.st.server_owner.insert(tx, ServerOwner::Session(id));
         Ok(id)
@@ -240,6 +242,7 @@ impl<'a> Context<'a> {
             invite_tx: None,
             answered: false,
             pending_invite: None,
+            pending_request: None,
         })?;
         Ok(id)
     }
@@ -342,8 +345,25 @@ impl<'a> Context<'a> {
             None => w.finish(),
         };
         self.st.metrics.message_out(Some(&method), None, dest.transport);
+        if method == Method::Invite {
+            session.pending_request = Some((bytes.clone(), flow));
+        }
         let tx = self.st.layer.send_request(self.now, method, &branch, bytes, flow);
         self.st.client_owner.insert(tx, ClientOwner::Session(session.id));
+        Ok(())
+    }
+
+    /// Cancels the session's INVITE if it has no final response yet (RFC 3261 §9.1). A 2xx
+    /// that crosses the CANCEL still arrives; if the session is gone by then, the container
+    /// acknowledges and ends that dialog.
+    pub fn cancel_invite(&mut self, session: &mut SipSession) -> Result<(), ContainerError> {
+        let (invite, flow) = session.pending_request.take().ok_or(ContainerError::NotAnInvite)?;
+        let parsed = tandem_sip::parse_datagram(invite, &Default::default()).map_err(|_| ContainerError::NotAnInvite)?;
+        let branch = parsed.branch().ok_or(ContainerError::NotAnInvite)?.to_string();
+        let cancel = crate::proxy::cancel_for(&parsed);
+        self.st.metrics.message_out(Some(&Method::Cancel), None, flow.transport);
+        let tx = self.st.layer.send_request(self.now, Method::Cancel, &branch, cancel, flow);
+        self.st.client_owner.insert(tx, ClientOwner::Proxy { server_tx: None });
         Ok(())
     }
 
@@ -429,7 +449,7 @@ impl CoreState {
     /// RFC 3261 §12.1.2: a 2xx to our INVITE fixes the dialog; ACK it at once.
     pub(crate) fn confirm_uac_dialog(&mut self, s: &mut SipSession, msg: &Message) {
         let d = &mut s.dialog;
-        if s.state == SessionState::Early {
+        if s.state == SessionState::Early && s.role == LegRole::Uac {
             d.remote_tag = msg.to_tag().unwrap_or("").into();
             d.remote_party = msg.to_value().into();
             if let Some(c) = msg.contact() {
@@ -446,6 +466,52 @@ impl CoreState {
             self.layer.send_stateless(ack, flow);
         }
     }
+}
+
+impl CoreState {
+    /// ACK and BYE for a 2xx whose session no longer exists, built from the response.
+    pub(crate) fn ack_and_bye_orphan(&mut self, now: Instant, msg: &Message) {
+        let mut routes: Vec<Box<str>> = msg.record_route_values().map(|(_, v)| v.into()).collect();
+        routes.reverse();
+        let Some(target) = msg.contact().map(|c| c.uri_text.to_string()) else { return };
+        let dialog = Dialog {
+            call_id: msg.call_id().into(),
+            local_tag: msg.from_tag().unwrap_or("").into(),
+            remote_tag: msg.to_tag().unwrap_or("").into(),
+            local_party: msg.from_value().into(),
+            remote_party: msg.to_value().into(),
+            remote_target: target.into(),
+            route_set: routes,
+            local_seq: msg.cseq().map_or(0, |c| c.seq),
+            remote_seq: 0,
+            flow: Flow { transport: Transport::Udp, listener: 0, connection: 0, remote: std::net::SocketAddr::from(([0, 0, 0, 0], 0)) },
+        };
+        if let Some((ack, flow)) = ack_for_2xx(self, &dialog, dialog.local_seq) {
+            self.metrics.message_out(Some(&Method::Ack), None, flow.transport);
+            self.layer.send_stateless(ack, flow);
+            if let Some((bye, branch)) = bye_for(self, &dialog, flow) {
+                self.metrics.message_out(Some(&Method::Bye), None, flow.transport);
+                let tx = self.layer.send_request(now, Method::Bye, &branch, bye, flow);
+                self.client_owner.insert(tx, ClientOwner::Proxy { server_tx: None });
+            }
+        }
+    }
+}
+
+fn bye_for(st: &mut CoreState, d: &Dialog, flow: Flow) -> Option<(Bytes, String)> {
+    let listener = st.locals.by_index(flow.listener)?.clone();
+    let branch = st.ids.branch();
+    let mut w = MessageWriter::with_capacity(512).request_line(&Method::Bye, &d.remote_target);
+    w.header_parts("Via", &["SIP/2.0/", flow.transport.as_str(), " ", &listener.host_port, ";branch=", &branch]);
+    w.header_u32("Max-Forwards", 70);
+    for route in &d.route_set {
+        w.header("Route", route);
+    }
+    w.header("From", &d.local_party);
+    w.header("To", &d.remote_party);
+    w.header("Call-ID", &d.call_id);
+    w.header_parts("CSeq", &[itoa::Buffer::new().format(d.local_seq + 1), " BYE"]);
+    Some((w.finish(), branch))
 }
 
 fn ack_for_2xx(st: &mut CoreState, d: &Dialog, seq: u32) -> Option<(Bytes, Flow)> {

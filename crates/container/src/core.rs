@@ -458,18 +458,27 @@ impl Core {
     }
 
     fn session_response(&mut self, now: Instant, sid: SessionId, msg: &Message) {
+        let status = msg.status().unwrap_or(0);
+        let invite = msg.transaction_method() == Some(&Method::Invite);
         let Some(cell) = self.st.store.session(sid) else {
+            // The session ended while its INVITE was pending: a 2xx still set up a dialog,
+            // which must be acknowledged and ended (RFC 3261 §15).
+            if invite && (200..300).contains(&status) {
+                self.st.ack_and_bye_orphan(now, msg);
+            }
             return;
         };
         let service = {
             let mut s = cell.lock();
-            let status = msg.status().unwrap_or(0);
-            if msg.transaction_method() == Some(&Method::Invite) && s.role == LegRole::Uac {
-                if (200..300).contains(&status) {
-                    self.st.confirm_uac_dialog(&mut s, msg);
-                } else if status >= 300 {
-                    s.state = SessionState::Terminated;
-                }
+            if invite && status >= 200 {
+                s.pending_request = None;
+            }
+            if invite && (200..300).contains(&status) {
+                // A UAC leg's dialog is fixed by its first 2xx; a re-INVITE's 2xx (either
+                // role) is acknowledged in the dialog.
+                self.st.confirm_uac_dialog(&mut s, msg);
+            } else if invite && status >= 300 && s.role == LegRole::Uac && s.state == SessionState::Early {
+                s.state = SessionState::Terminated;
             }
             s.service
         };

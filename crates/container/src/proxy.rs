@@ -304,7 +304,7 @@ fn without_top_via(msg: &Message) -> Bytes {
 
 /// CANCEL for a forwarded INVITE (RFC 3261 §9.1): same Request-URI, Call-ID, From, To, CSeq
 /// number, the single top Via, and the Route headers.
-fn cancel_for(invite: &Message) -> Bytes {
+pub(crate) fn cancel_for(invite: &Message) -> Bytes {
     let mut w = MessageWriter::with_capacity(512).request_line(&Method::Cancel, invite.request_uri_text());
     if let Some((index, first)) = invite.top_via_location() {
         let _ = index;

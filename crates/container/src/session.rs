@@ -64,6 +64,8 @@ pub struct SipSession {
     pub(crate) answered: bool,
     /// UAS: the INVITE, kept from `Context::accept` until it is answered.
     pub(crate) pending_invite: Option<tandem_sip::Message>,
+    /// UAC: the INVITE sent and its flow, kept until a final response (to CANCEL it).
+    pub(crate) pending_request: Option<(bytes::Bytes, tandem_sip::Flow)>,
 }
 
 impl SipSession {

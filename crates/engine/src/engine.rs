@@ -185,6 +185,7 @@ impl<H: Handler> MachineService<H> {
                 Outcome::Need(wanted) => self.plan(ctx, &mut neg, wanted),
                 Outcome::Absorb => {
                     self.stats.absorbed.fetch_add(1, Relaxed);
+                    answer_absorbed(ctx, &neg.event);
                     return self.release_all(ctx, neg);
                 }
                 Outcome::Ambiguous(names) => {
@@ -518,6 +519,21 @@ impl<H: Handler> Env for EvalEnv<'_, '_, H> {
     fn initial_state(&self) -> &str {
         &self.engine.compiled.initial
     }
+}
+
+/// A request that enables no transition still needs an answer, or its sender retransmits it
+/// for 32 s: OPTIONS (a keep-alive ping) gets 200, anything else 481 inside a dialog (the call
+/// is not in a state that takes it) or 405 outside one.
+fn answer_absorbed(ctx: &mut Context<'_>, event: &Event) {
+    let Trigger::Request { msg, tx: Some(tx), flow, kind } = &event.trigger else { return };
+    let status = match msg.method() {
+        Some(tandem_sip::Method::Ack) | None => return,
+        Some(tandem_sip::Method::Options) => 200,
+        Some(_) if event.session.is_some() => 481,
+        Some(_) => 405,
+    };
+    let req = Request::new(msg, Some(*tx), *flow, *kind, event.session, event.app);
+    ctx.respond_with(&req, status, &[("Warning", "399 tandem \"no transition of the service's machine accepts this request now\"")], None);
 }
 
 /// Sends what the arm sent, now that the transition commits. Sends on a session owned by

@@ -30,6 +30,7 @@ pub(crate) enum SessionOp {
     Answer { status: u16, body: Option<(String, Bytes)> },
     Send { method: Method, body: Option<(String, Bytes)> },
     Bye,
+    Cancel,
 }
 
 impl SessionOp {
@@ -38,6 +39,7 @@ impl SessionOp {
             SessionOp::Answer { status, body } => ctx.answer_session(s, status, body.as_ref().map(|(c, b)| (c.as_str(), &b[..]))),
             SessionOp::Send { method, body } => ctx.send_in_dialog(s, method, body.as_ref().map(|(c, b)| (c.as_str(), &b[..]))),
             SessionOp::Bye => ctx.send_bye_on(s),
+            SessionOp::Cancel => ctx.cancel_invite(s),
         });
         if let Some(Err(e)) = result {
             tracing::debug!(error = %e, %session, "action at commit failed");
@@ -218,6 +220,11 @@ impl<'c, 'a> Transition<'c, 'a> {
     /// Hangs up the session's dialog (at commit).
     pub fn bye(&mut self, session: SessionId) -> Result<(), TransitionError> {
         self.on_session(session, SessionOp::Bye)
+    }
+
+    /// Cancels the INVITE of a leg that has no final answer yet (at commit).
+    pub fn cancel(&mut self, session: SessionId) -> Result<(), TransitionError> {
+        self.on_session(session, SessionOp::Cancel)
     }
 
     pub fn set_timer(&mut self, delay: Duration, name: &'static str) -> Result<TimerId, TransitionError> {

@@ -2,10 +2,12 @@
 //! container does the SIP plumbing.
 #![forbid(unsafe_code)]
 
+pub mod dating;
 pub mod pairing;
 pub mod proxy;
 pub mod uas;
 
+pub use dating::{dating_service, DatingConfig, DATING_CONTRACT};
 pub use pairing::{pairing_service, PAIRING_CONTRACT};
 pub use proxy::{Proxy, ProxyConfig};
 pub use uas::{Uas, UasConfig};

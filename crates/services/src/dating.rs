@@ -1,0 +1,198 @@
+//! `dating`: the paper's dating service, contract version — `services/dating.machine` plus
+//! one handler arm per transition (the paper's Figure 3). No locking, role or state tests
+//! here: the contract does them, the engine acquires what each transition touches.
+//!
+//! Differences from the paper's annotations, forced by the container or the completion of
+//! the machine (see `services/dating.machine` for T12-T19):
+//! - the container acknowledges a 2xx as soon as it arrives, so T4 does not relay the caller's
+//!   ACK to the media service (the paper's `Msr!ACK`), and T8's `Caller!ACK` is the container's;
+//! - the caller's SDP offer is kept on its session (attribute `sdp`) for T7's re-INVITEs.
+
+use serde::Deserialize;
+use std::sync::Arc;
+use tandem_container::{AttrValue, Destination, UaProfile};
+use tandem_engine::{Compiled, Handler, HandlerError, MachineService, Negotiator, Transition};
+use tandem_sip::Method;
+
+/// The contract, embedded so the binary runs without the source tree.
+pub const DATING_CONTRACT: &str = include_str!("../../../services/dating.machine");
+
+const SDP: &str = "application/sdp";
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatingConfig {
+    /// The media service (`IP:PORT`, or `tcp:IP:PORT`).
+    pub media: String,
+}
+
+impl Default for DatingConfig {
+    fn default() -> Self {
+        DatingConfig { media: "127.0.0.1:5070".into() }
+    }
+}
+
+static PROFILE: UaProfile = UaProfile {
+    allowed_methods: &["INVITE", "ACK", "BYE", "CANCEL", "OPTIONS", "MESSAGE", "UPDATE", "INFO"],
+    accepted_bodies: &["application/sdp", "text/plain"],
+    supported_extensions: &[],
+    answer_body: Some("application/sdp"),
+};
+
+pub struct Dating {
+    media: Destination,
+}
+
+fn err(what: &str) -> HandlerError {
+    HandlerError(what.to_string())
+}
+
+impl Dating {
+    fn session_attr(
+        t: &mut Transition<'_, '_>,
+        id: tandem_container::SessionId,
+        name: &str,
+    ) -> Result<tandem_container::SessionId, HandlerError> {
+        t.session_attr(id, name)?.ok_or_else(|| err(&format!("session has no {name}")))
+    }
+
+    fn sdp(t: &mut Transition<'_, '_>, caller: tandem_container::SessionId) -> Result<Vec<u8>, HandlerError> {
+        Ok(match t.attr(caller, "sdp")? {
+            Some(AttrValue::Bytes(b)) => b.to_vec(),
+            _ => Vec::new(),
+        })
+    }
+}
+
+impl Handler for Dating {
+    fn do_transition(&self, name: &str, t: &mut Transition<'_, '_>) -> Result<(), HandlerError> {
+        let sips = t.sips();
+        match name {
+            // Caller?INVITE: create the media leg, invite it with the caller's session ID.
+            "T1" => {
+                let offer = t.event().body();
+                let caller = t.accept()?;
+                t.set_role(caller, "Caller")?;
+                t.set_attr(caller, "sdp", AttrValue::Bytes(offer))?;
+                let media_uri = format!("sip:media@{}", self.media.addr);
+                let msr = t.create_leg("sip:dating@tandem.invalid", &media_uri, self.media)?;
+                t.set_role(msr, "Msr")?;
+                t.set_attr(msr, "caller", AttrValue::Session(caller))?;
+                t.set_attr(caller, "msr", AttrValue::Session(msr))?;
+                let id = caller.to_string();
+                t.invite(msr, Some(("text/plain", id.as_bytes())))?;
+            }
+            // Msr?OK: answer the caller with the media service's SDP.
+            "T2" => {
+                let msr = sips.ok_or_else(|| err("no session"))?;
+                let caller = Self::session_attr(t, msr, "caller")?;
+                let answer = t.event().body();
+                t.answer(caller, 200, Some((SDP, &answer)))?;
+            }
+            // Caller?CANCEL (the container answered 200 and 487): drop the media leg.
+            "T3" => {
+                let caller = sips.ok_or_else(|| err("no session"))?;
+                let msr = Self::session_attr(t, caller, "msr")?;
+                t.cancel(msr)?;
+            }
+            // Caller?ACK: the media leg was acknowledged by the container already.
+            "T4" | "T8" | "T12" | "T16" => {}
+            // Caller?BYE before pairing: end both legs.
+            "T5" | "T15" => {
+                let caller = sips.ok_or_else(|| err("no session"))?;
+                t.respond(200);
+                let msr = Self::session_attr(t, caller, "msr")?;
+                t.bye(msr)?;
+            }
+            // Msr?MESSAGE(peer) with the peer unavailable: tell the media service.
+            "T6" => {
+                let msr = sips.ok_or_else(|| err("no session"))?;
+                t.respond(200);
+                t.send(msr, Method::Message, Some(("text/plain", b"unavailable")))?;
+            }
+            // Msr?MESSAGE(peer) with the peer talking to its media service: pair them.
+            "T7" => {
+                let msr = sips.ok_or_else(|| err("no session"))?;
+                t.respond(200);
+                let caller = Self::session_attr(t, msr, "caller")?;
+                let peer = t.resolve(&t.event().payload()).ok_or_else(|| err("the peer ended meanwhile"))?;
+                let peer_msr = Self::session_attr(t, peer, "msr")?;
+                t.set_attr(caller, "p2t", AttrValue::Session(peer))?;
+                t.set_attr(peer, "p2t", AttrValue::Session(caller))?;
+                let (caller_sdp, peer_sdp) = (Self::sdp(t, caller)?, Self::sdp(t, peer)?);
+                t.invite(caller, Some((SDP, &peer_sdp)))?;
+                t.invite(peer, Some((SDP, &caller_sdp)))?;
+                t.bye(msr)?;
+                t.bye(peer_msr)?;
+            }
+            // Msr?MESSAGE after pairing, Caller?BYE crossing ours: just answer.
+            "T9" | "T13" => t.respond(200),
+            // Msr?ERROR while inviting it: the caller's call fails.
+            "T10" => {
+                let msr = sips.ok_or_else(|| err("no session"))?;
+                let caller = Self::session_attr(t, msr, "caller")?;
+                let status = t.event().status().max(500);
+                t.answer(caller, status, None)?;
+            }
+            // Caller?BYE while talking to the peer, or while being paired: hang up the peer.
+            "T11" | "T14" => {
+                let caller = sips.ok_or_else(|| err("no session"))?;
+                t.respond(200);
+                let peer = Self::session_attr(t, caller, "p2t")?;
+                t.bye(peer)?;
+            }
+            // The media service failed or hung up before pairing: hang up the caller.
+            "T17" | "T18" => {
+                let msr = sips.ok_or_else(|| err("no session"))?;
+                if name == "T18" {
+                    t.respond(200);
+                }
+                let caller = Self::session_attr(t, msr, "caller")?;
+                t.bye(caller)?;
+            }
+            // The caller rejected the re-INVITE that connects the peer: end both calls.
+            "T19" => {
+                let caller = sips.ok_or_else(|| err("no session"))?;
+                let peer = Self::session_attr(t, caller, "p2t")?;
+                t.bye(caller)?;
+                t.bye(peer)?;
+            }
+            other => return Err(err(&format!("no arm for transition {other}"))),
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DatingError {
+    #[error("the dating contract is invalid:\n{0}")]
+    Contract(String),
+    #[error(transparent)]
+    Compile(#[from] tandem_engine::CompileError),
+    #[error("dating.media {0:?} is not IP:PORT, udp:IP:PORT or tcp:IP:PORT")]
+    Media(String),
+}
+
+/// The dating service (contract version) with the given negotiator.
+pub fn dating_service(config: &DatingConfig, negotiator: Negotiator) -> Result<Arc<MachineService<Dating>>, DatingError> {
+    let media = Destination::parse(&config.media).ok_or_else(|| DatingError::Media(config.media.clone()))?;
+    let (machine, diagnostics) = tandem_contract::parse_and_check(DATING_CONTRACT);
+    let machine = match machine {
+        Some(m) if !tandem_contract::has_errors(&diagnostics) => m,
+        _ => return Err(DatingError::Contract(tandem_contract::render_all(&diagnostics, "dating.machine", DATING_CONTRACT))),
+    };
+    Ok(MachineService::new("dating", Compiled::new(machine)?, Dating { media }, negotiator, Some(PROFILE)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builds_with_every_negotiator_and_rejects_a_bad_media_address() {
+        for n in [Negotiator::Ordered, Negotiator::SingleAssign, Negotiator::Global] {
+            assert!(dating_service(&DatingConfig::default(), n).is_ok());
+        }
+        assert!(dating_service(&DatingConfig { media: "media.example.com".into() }, Negotiator::Ordered).is_err());
+    }
+}
