@@ -187,6 +187,9 @@ impl Container {
 /// How many queued inputs an executor handles before it flushes and checks its timers.
 const BATCH: usize = 64;
 
+/// How often an executor publishes its counters (transactions, retransmissions) for metrics.
+const PUBLISH: Duration = Duration::from_millis(250);
+
 type PostMsg = (crate::ServiceId, crate::Post);
 
 struct Links {
@@ -199,8 +202,12 @@ async fn run_executor(mut core: Core, mut rx: mpsc::Receiver<Input>, mut posts: 
     let sleep = tokio::time::sleep_until(far());
     tokio::pin!(sleep);
     let mut last_publish = Instant::now();
+    // Counters changed since they were last published: publish within PUBLISH even if no
+    // further event comes (an idle executor must not leave stale gauges behind).
+    let mut dirty = false;
     loop {
-        let deadline = core.next_deadline();
+        let publish_at = dirty.then(|| last_publish + PUBLISH);
+        let deadline = [core.next_deadline(), publish_at].into_iter().flatten().min();
         sleep.as_mut().reset(deadline.map_or_else(far, tokio::time::Instant::from_std));
         tokio::select! {
             biased;
@@ -227,13 +234,17 @@ async fn run_executor(mut core: Core, mut rx: mpsc::Receiver<Input>, mut posts: 
             }
             _ = &mut sleep, if deadline.is_some() => {
                 let now = Instant::now();
-                core.on_timeout(now);
-                flush(&mut core, &links, now);
+                if core.next_deadline().is_some_and(|d| d <= now) {
+                    core.on_timeout(now);
+                    flush(&mut core, &links, now);
+                }
             }
         }
-        if last_publish.elapsed() >= Duration::from_millis(250) {
+        dirty = true;
+        if last_publish.elapsed() >= PUBLISH {
             core.publish_stats();
             last_publish = Instant::now();
+            dirty = false;
         }
     }
     core.publish_stats();

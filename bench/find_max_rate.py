@@ -1,0 +1,603 @@
+#!/usr/bin/env python3
+"""Step-load benchmark of Tandem with SIPp (Python 3 standard library only).
+
+Scenarios
+  proxy200  SIPstone Proxy 200: sipp uac -> tandem --service proxy -> sipp uas
+  uas       MLT service: sipp uac -> tandem --service uas (the caller hangs up)
+
+Both use bench/scenarios/uac_rtd.xml: a basic call whose response time 1 is
+the session setup delay, INVITE sent -> 200 OK received, logged per call with
+-trace_rtt (millisecond resolution).
+
+Load: the offered rate starts at --start (500 calls/s) and grows by --step
+(500) every step of --duration seconds (20); each step is a fresh sipp uac
+placing rate x duration calls. The run stops after a step with < 95 %
+successful calls, after the second step that misses the latency criterion,
+when the load generator cannot reach the offered rate, or at --max-rate.
+
+Per step: successful/total calls, setup delay p50/p95/p99, share of calls set
+up within 25 ms and 50 ms, tandem CPU time per call (utime+stime from
+/proc/PID/stat over the steady part of the step divided by the calls set up in
+that window), tandem RSS, and the sipp uac's own CPU share.
+
+  maximum throughput    = highest offered rate with >= 95 % successful calls
+  latency-criterion rate = highest such rate where >= 95 % of calls are set up
+                           within 50 ms and >= 50 % within 25 ms
+
+Results: a table on stdout, <out-dir>/<name>.md and <name>.json (default
+bench/results/first-benchmark.*), raw sipp/tandem files under
+<out-dir>/raw/<timestamp>/ (git-ignored).
+"""
+
+import argparse
+import datetime
+import glob
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+SCENARIO = os.path.join(HERE, "scenarios", "uac_rtd.xml")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+SUCCESS_MIN = 0.95
+LAT50_MS, LAT50_SHARE = 50, 0.95
+LAT25_MS, LAT25_SHARE = 25, 0.50
+
+
+# --------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------
+
+def free_port():
+    for _ in range(100):
+        t = socket.socket()
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            t.bind(("127.0.0.1", 0))
+            p = t.getsockname()[1]
+            try:
+                u.bind(("127.0.0.1", p))
+            except OSError:
+                continue
+            return p
+        finally:
+            t.close()
+            u.close()
+    raise RuntimeError("no free port")
+
+
+def cpu_seconds(pid):
+    """utime+stime of a process (all threads), in seconds; None if gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            s = f.read()
+    except OSError:
+        return None
+    fields = s[s.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def machine_busy_seconds():
+    """CPU-seconds spent busy by the whole machine (all cores) since boot."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + (v[4] if len(v) > 4 else 0)
+    return (sum(v[:8]) - idle) / CLK_TCK
+
+
+def rss_kib(pid, key="VmRSS"):
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def wait_health(url, proc, timeout=20):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("tandem exited with %s during startup" % proc.returncode)
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError("%s did not answer within %d s" % (url, timeout))
+
+
+def wait_bound(proto, port, timeout=10):
+    kind = socket.SOCK_DGRAM if proto == "udp" else socket.SOCK_STREAM
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        s = socket.socket(socket.AF_INET, kind)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+        finally:
+            s.close()
+        time.sleep(0.05)
+    return False
+
+
+def stop(proc, timeout=10):
+    if proc is None or proc.poll() is not None:
+        return proc.returncode if proc else None
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return proc.wait()
+
+
+def read_stats(path):
+    try:
+        with open(path, encoding="latin-1") as f:
+            rows = [l.rstrip("\r\n") for l in f if l.strip()]
+    except OSError:
+        return {}
+    if len(rows) < 2:
+        return {}
+    return dict(zip(rows[0].split(";"), rows[-1].split(";")))
+
+
+def ival(stats, key):
+    try:
+        return int(stats.get(key, ""))
+    except ValueError:
+        return None
+
+
+def hms_ms(v):
+    """SIPp duration 'HH:MM:SS:uuuuuu' -> milliseconds (float); None if absent."""
+    try:
+        h, m, sec, us = v.split(":")
+        return ((int(h) * 60 + int(m)) * 60 + int(sec)) * 1000 + int(us) / 1000.0
+    except (AttributeError, ValueError):
+        return None
+
+
+def read_rtt(step_dir):
+    """[(t_ms since sipp start, response_time_ms)] for rtd 1."""
+    out = []
+    for path in glob.glob(os.path.join(step_dir, "*_rtt.csv")):
+        with open(path) as f:
+            for line in f:
+                parts = line.strip().split(";")
+                if len(parts) < 3 or parts[2].strip() != "1":
+                    continue
+                try:
+                    out.append((float(parts[0]), float(parts[1])))
+                except ValueError:
+                    continue
+    out.sort()
+    return out
+
+
+def percentile(sorted_vals, q):
+    if not sorted_vals:
+        return None
+    k = max(0, min(len(sorted_vals) - 1, math.ceil(q / 100.0 * len(sorted_vals)) - 1))
+    return sorted_vals[k]
+
+
+def machine():
+    info = {"nproc": os.cpu_count(), "kernel": platform.release(), "arch": platform.machine(),
+            "python": platform.python_version()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    info["cpu_model"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    info["mem_total_gib"] = round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    try:
+        with open("/etc/os-release") as f:
+            for line in f:
+                if line.startswith("PRETTY_NAME="):
+                    info["os"] = line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    try:
+        v = subprocess.run(["sipp", "-v"], capture_output=True, text=True, timeout=5)
+        for line in (v.stdout + v.stderr).splitlines():
+            if "SIPp v" in line:
+                info["sipp"] = line.strip()
+                break
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return info
+
+
+def git_rev():
+    try:
+        r = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
+                           capture_output=True, text=True, timeout=5)
+        rev = r.stdout.strip() if r.returncode == 0 else None
+        d = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--", "crates"],
+                           capture_output=True, text=True, timeout=5)
+        if rev and d.stdout.strip():
+            rev += "-dirty"
+        return rev
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+# --------------------------------------------------------------------------
+# one scenario
+# --------------------------------------------------------------------------
+
+class Rig:
+    """tandem (+ a sipp uas for proxy200), started once per scenario."""
+
+    def __init__(self, args, scenario, raw_dir):
+        self.args = args
+        self.scenario = scenario
+        self.dir = os.path.join(raw_dir, scenario)
+        os.makedirs(self.dir, exist_ok=True)
+        self.tandem = None
+        self.uas = None
+        self.port = free_port()
+        self.admin = free_port()
+        self.mode = "u1" if args.transport == "udp" else "t1"
+
+    def start(self):
+        a = self.args
+        if self.scenario == "proxy200":
+            p2 = free_port()
+            self.uas_out = open(os.path.join(self.dir, "uas.stdout.log"), "wb")
+            self.uas = subprocess.Popen(
+                ["sipp", "-sn", "uas", "-i", "127.0.0.1", "-p", str(p2), "-t", self.mode,
+                 "-nostdin", "-trace_err", "-error_file", os.path.join(self.dir, "uas.errors.log"),
+                 "-trace_stat", "-stf", os.path.join(self.dir, "uas.stat.csv"), "-fd", "5"],
+                stdin=subprocess.DEVNULL, stdout=self.uas_out, stderr=subprocess.STDOUT,
+                cwd=self.dir, start_new_session=True)
+            if not wait_bound(a.transport, p2):
+                raise RuntimeError("sipp uas did not bind port %d" % p2)
+            hop = ("127.0.0.1:%d" if a.transport == "udp" else "tcp:127.0.0.1:%d") % p2
+            svc = ["--service", "proxy", "--set", "proxy.next_hop=" + hop]
+        else:
+            svc = ["--service", "uas"]
+        cmd = [a.binary, "run", "--listen", "%s:127.0.0.1:%d" % (a.transport, self.port),
+               "--admin", "127.0.0.1:%d" % self.admin] + svc + sum((["--set", s] for s in a.set), [])
+        self.cmd = cmd
+        self.t_out = open(os.path.join(self.dir, "tandem.stdout.log"), "wb")
+        self.t_err = open(os.path.join(self.dir, "tandem.stderr.log"), "wb")
+        self.tandem = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.t_out,
+                                       stderr=self.t_err, start_new_session=True)
+        wait_health("http://127.0.0.1:%d/health" % self.admin, self.tandem)
+
+    def stop(self):
+        rc = stop(self.tandem)
+        stop(self.uas)
+        return rc
+
+    def step(self, rate):
+        a = self.args
+        dur = a.duration
+        calls = int(rate * dur)
+        sdir = os.path.join(self.dir, "rate-%05d" % rate)
+        os.makedirs(sdir, exist_ok=True)
+        cmd = ["sipp", "-sf", SCENARIO, "127.0.0.1:%d" % self.port, "-t", self.mode,
+               "-i", "127.0.0.1", "-p", str(free_port()),
+               "-r", str(rate), "-m", str(calls), "-l", str(max(1000, rate * 10)),
+               "-nostdin", "-trace_rtt", "-rtt_freq", "200",
+               "-trace_stat", "-stf", os.path.join(sdir, "stat.csv"), "-fd", "1",
+               "-trace_err", "-error_file", os.path.join(sdir, "errors.log"),
+               "-trace_screen", "-screen_file", os.path.join(sdir, "screen.log"),
+               "-timeout", "%ds" % (dur + 60)]
+        pid = self.tandem.pid
+        warm = min(2.0, dur * 0.2)
+        end = max(warm + 0.5, dur - 0.5)
+        out = open(os.path.join(sdir, "sipp.stdout.log"), "wb")
+        t0 = time.monotonic()
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                cwd=sdir, start_new_session=True)
+        samples = {}
+        for label, at in (("warm", warm), ("end", end)):
+            delay = t0 + at - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            samples[label] = (time.monotonic() - t0, cpu_seconds(pid), cpu_seconds(proc.pid),
+                              cpu_seconds(self.uas.pid) if self.uas else 0.0, machine_busy_seconds())
+        rss = rss_kib(pid)
+        try:
+            rc = proc.wait(timeout=dur + 90)
+        except subprocess.TimeoutExpired:
+            rc = stop(proc)
+        out.close()
+        stats = read_stats(os.path.join(sdir, "stat.csv"))
+        rtt = read_rtt(sdir)
+        lat = sorted(v for _, v in rtt)
+        w0, w1 = samples["warm"][0] * 1000, samples["end"][0] * 1000
+        in_window = sum(1 for t, _ in rtt if w0 <= t <= w1)
+        cpu = None
+        if samples["warm"][1] is not None and samples["end"][1] is not None and in_window:
+            cpu = (samples["end"][1] - samples["warm"][1]) * 1e6 / in_window
+        sipp_cpu = None
+        if samples["warm"][2] is not None and samples["end"][2] is not None:
+            sipp_cpu = (samples["end"][2] - samples["warm"][2]) / max(1e-3, (w1 - w0) / 1000)
+        other = None
+        wsec = max(1e-3, (w1 - w0) / 1000)
+        if all(x is not None for x in samples["warm"] + samples["end"]):
+            spent = sum(samples["end"][i] - samples["warm"][i] for i in (1, 2, 3))
+            other = max(0.0, (samples["end"][4] - samples["warm"][4]) - spent) / wsec
+        tandem_share = None
+        if samples["warm"][1] is not None and samples["end"][1] is not None:
+            tandem_share = (samples["end"][1] - samples["warm"][1]) / wsec
+        ok = ival(stats, "SuccessfulCall(C)") or 0
+        failed = ival(stats, "FailedCall(C)") or 0
+        created = ival(stats, "TotalCallCreated") or 0
+        achieved = None
+        if len(rtt) > 1 and rtt[-1][0] > rtt[0][0]:
+            achieved = (len(rtt) - 1) / ((rtt[-1][0] - rtt[0][0]) / 1000)
+        n = len(lat)
+        r = {
+            "rate": rate, "calls": calls, "created": created, "successful": ok, "failed": failed,
+            "success_ratio": ok / calls if calls else 0.0,
+            "sipp_exit": rc,
+            "retransmissions": ival(stats, "Retransmissions(C)"),
+            "setup_samples": n,
+            "mean_ms": hms_ms(stats.get("ResponseTime1(C)")),
+            "p50_ms": percentile(lat, 50), "p95_ms": percentile(lat, 95),
+            "p99_ms": percentile(lat, 99), "max_ms": lat[-1] if lat else None,
+            "share_le_25ms": sum(1 for v in lat if v <= LAT25_MS) / n if n else 0.0,
+            "share_le_50ms": sum(1 for v in lat if v <= LAT50_MS) / n if n else 0.0,
+            "cpu_us_per_call": cpu,
+            "calls_in_cpu_window": in_window,
+            "tandem_rss_kib": rss,
+            "tandem_alive": self.tandem.poll() is None,
+            "setup_rate_achieved": achieved,
+            "sipp_uac_cpu_share": sipp_cpu,
+            "tandem_cpu_share": tandem_share,
+            "other_cpu_share": other,
+        }
+        # The latency criterion is judged on the calls that were set up,
+        # and only matters if the step also met the success threshold.
+        r["success_ok"] = r["success_ratio"] >= SUCCESS_MIN
+        r["latency_ok"] = bool(n) and r["share_le_50ms"] >= LAT50_SHARE and r["share_le_25ms"] >= LAT25_SHARE
+        r["generator_limited"] = bool(achieved is not None and achieved < 0.9 * rate
+                                      and (sipp_cpu or 0) > 0.9)
+        return r
+
+
+def run_scenario(args, scenario, raw_dir):
+    rig = Rig(args, scenario, raw_dir)
+    steps = []
+    stop_reason = None
+    exit_code = None
+    try:
+        rig.start()
+        rate = args.start
+        lat_fail = 0
+        while True:
+            r = rig.step(rate)
+            steps.append(r)
+            print_row(scenario, r)
+            if not r["tandem_alive"]:
+                stop_reason = "tandem exited during the %d cps step" % rate
+                break
+            if not r["success_ok"]:
+                stop_reason = "%.1f %% successful calls at %d cps (< 95 %%)" % (100 * r["success_ratio"], rate)
+                break
+            if not r["latency_ok"]:
+                lat_fail += 1
+                if lat_fail >= 2:
+                    stop_reason = "latency criterion missed twice (last at %d cps)" % rate
+                    break
+            if r["generator_limited"]:
+                stop_reason = ("load generator limited: sipp reached %.0f of %d cps at %.0f %% CPU"
+                               % (r["setup_rate_achieved"], rate, 100 * (r["sipp_uac_cpu_share"] or 0)))
+                break
+            if rate + args.step > args.max_rate or (args.max_steps and len(steps) >= args.max_steps):
+                stop_reason = "reached the configured limit (%d cps, %d steps)" % (rate, len(steps))
+                break
+            rate += args.step
+            time.sleep(args.pause)
+    finally:
+        exit_code = rig.stop()
+    good = [s for s in steps if s["success_ok"]]
+    lat_good = [s for s in good if s["latency_ok"]]
+    return {
+        "scenario": scenario,
+        "tandem_cmd": getattr(rig, "cmd", None),
+        "steps": steps,
+        "stop_reason": stop_reason,
+        "max_throughput_cps": max((s["rate"] for s in good), default=None),
+        "latency_criterion_cps": max((s["rate"] for s in lat_good), default=None),
+        "tandem_exit_code": exit_code,
+        "raw_dir": rig.dir,
+    }
+
+
+# --------------------------------------------------------------------------
+# output
+# --------------------------------------------------------------------------
+
+HEAD = ("%-9s %6s %7s %8s %7s %7s %7s %6s %6s %9s %8s %7s %7s %7s"
+        % ("scenario", "rate", "calls", "success", "p50ms", "p95ms", "p99ms", "<=25", "<=50",
+           "cpu_us/c", "rss_MiB", "tandem%", "sipp%", "other%"))
+
+
+def fmt(v, f="%.0f"):
+    return "-" if v is None else f % v
+
+
+def print_row(scenario, r):
+    print("%-9s %6d %7d %7.1f%% %7s %7s %7s %5.0f%% %5.0f%% %9s %8s %6s%% %6s%% %6s%%" % (
+        scenario, r["rate"], r["calls"], 100 * r["success_ratio"], fmt(r["p50_ms"]),
+        fmt(r["p95_ms"]), fmt(r["p99_ms"]), 100 * r["share_le_25ms"], 100 * r["share_le_50ms"],
+        fmt(r["cpu_us_per_call"], "%.1f"),
+        fmt(r["tandem_rss_kib"] / 1024 if r["tandem_rss_kib"] else None, "%.1f"),
+        pct(r.get("tandem_cpu_share")), pct(r["sipp_uac_cpu_share"]), pct(r.get("other_cpu_share"))),
+        flush=True)
+
+
+def pct(share):
+    return "-" if share is None else "%.0f" % (100 * share)
+
+
+def markdown(report):
+    m = report["machine"]
+    p = report["parameters"]
+    lines = ["# Tandem benchmark: %s" % report["name"], "",
+             "Run %s, tandem %s (`%s`)." % (report["started"], report.get("git_rev") or "unknown",
+                                            report["binary"]), "",
+             "## Machine", "",
+             "| | |", "|---|---|",
+             "| CPU | %s |" % m.get("cpu_model", "?"),
+             "| cores (nproc) | %s |" % m.get("nproc"),
+             "| memory | %s GiB |" % m.get("mem_total_gib", "?"),
+             "| kernel | %s (%s) |" % (m.get("kernel"), m.get("arch")),
+             "| OS | %s |" % m.get("os", "?"),
+             "| load generator | %s |" % m.get("sipp", "sipp"), "",
+             "tandem, the sipp uac and (for proxy200) the sipp uas all share these cores over loopback.",
+             "",
+             "## Method", "",
+             "Step load with SIPp (`bench/find_max_rate.py`), %s transport: start %d calls/s, +%d per "
+             "step, %d s per step (a fresh `sipp -sf bench/scenarios/uac_rtd.xml -r RATE -m RATE*%d` "
+             "each step). Setup delay = INVITE sent to 200 OK received, per call from `-trace_rtt` "
+             "(SIPp measures whole milliseconds: 0 means under 1 ms). CPU per call = tandem "
+             "utime+stime (/proc/PID/stat) over the steady part of the step divided by the calls set "
+             "up in that window. CPU columns are shares of one core over that window; 'other' is the "
+             "CPU used by everything except tandem and the sipp processes (interference from the rest "
+             "of the machine). Stop: < 95 %% successful calls, second miss of the latency criterion, "
+             "load generator saturated, or the configured limit."
+             % (p["transport"].upper(), p["start"], p["step"], p["duration"], p["duration"]), "",
+             "- **maximum throughput**: highest offered rate with >= 95 % successful calls",
+             "- **latency-criterion rate**: highest such rate with >= 95 % of calls set up within "
+             "50 ms and >= 50 % within 25 ms (the SIPstone Proxy 200 criterion)", ""]
+    lines += ["## Results", "",
+              "| scenario | max throughput (cps) | latency-criterion rate (cps) | stopped because |",
+              "|---|---|---|---|"]
+    for s in report["scenarios"]:
+        lines.append("| %s | %s | %s | %s |" % (s["scenario"], fmt(s["max_throughput_cps"], "%d"),
+                                               fmt(s["latency_criterion_cps"], "%d"),
+                                               s["stop_reason"] or s.get("error", "-")))
+    for s in report["scenarios"]:
+        lines += ["", "### %s" % s["scenario"], "",
+                  "tandem: `%s`" % " ".join(s["tandem_cmd"] or []), "",
+                  "| offered cps | calls | successful | p50 ms | p95 ms | p99 ms | <= 25 ms "
+                  "| <= 50 ms | cpu µs/call | tandem RSS MiB | tandem CPU | sipp uac CPU | other CPU "
+                  "| retrans |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in s["steps"]:
+            lines.append("| %d | %d | %.2f %% | %s | %s | %s | %.1f %% | %.1f %% | %s | %s | %s %% | %s %% "
+                         "| %s %% | %s |" % (
+                r["rate"], r["calls"], 100 * r["success_ratio"], fmt(r["p50_ms"]), fmt(r["p95_ms"]),
+                fmt(r["p99_ms"]), 100 * r["share_le_25ms"], 100 * r["share_le_50ms"],
+                fmt(r["cpu_us_per_call"], "%.1f"),
+                fmt(r["tandem_rss_kib"] / 1024 if r["tandem_rss_kib"] else None, "%.1f"),
+                pct(r.get("tandem_cpu_share")), pct(r["sipp_uac_cpu_share"]),
+                pct(r.get("other_cpu_share")), fmt(r["retransmissions"], "%d")))
+        if s.get("error"):
+            lines += ["", "Error: %s" % s["error"]]
+        lines += ["", "tandem exit code after SIGTERM: %s" % s.get("tandem_exit_code")]
+    lines += ["", "Raw sipp and tandem files: `%s` (not committed)." % report["raw_dir"], ""]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--binary", default=os.path.join(REPO, "target", "release", "tandem"))
+    ap.add_argument("--scenario", choices=["proxy200", "uas", "all"], default="all")
+    ap.add_argument("--transport", choices=["udp", "tcp"], default="udp")
+    ap.add_argument("--start", type=int, default=500, help="first offered rate, calls/s")
+    ap.add_argument("--step", type=int, default=500, help="rate increment per step, calls/s")
+    ap.add_argument("--duration", type=int, default=20, help="seconds per step")
+    ap.add_argument("--max-rate", type=int, default=20000)
+    ap.add_argument("--max-steps", type=int, default=0, help="0 = no limit")
+    ap.add_argument("--pause", type=float, default=3.0, help="seconds between steps")
+    ap.add_argument("--set", action="append", default=[], help="extra tandem --set KEY=VALUE")
+    ap.add_argument("--quick", action="store_true",
+                    help="short run: 5 s steps, +1000 cps, at most 3 steps per scenario")
+    ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
+    ap.add_argument("--name", default=None, help="report base name (default first-benchmark, "
+                                                 "or quick-benchmark with --quick)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.duration = min(args.duration, 5)
+        args.step = 1000 if args.step == 500 else args.step
+        args.max_steps = args.max_steps or 3
+        args.pause = min(args.pause, 1.0)
+    name = args.name or ("quick-benchmark" if args.quick else "first-benchmark")
+    args.binary = os.path.abspath(args.binary)
+    if not os.access(args.binary, os.X_OK):
+        sys.exit("tandem binary not found: %s (run `make build`)" % args.binary)
+    if not shutil.which("sipp"):
+        sys.exit("sipp not found: run scripts/install-test-deps.sh")
+
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    raw_dir = os.path.join(args.out_dir, "raw", stamp)
+    os.makedirs(raw_dir, exist_ok=True)
+    report = {
+        "name": name, "started": datetime.datetime.now().isoformat(timespec="seconds"),
+        "binary": args.binary, "git_rev": git_rev(), "machine": machine(),
+        "parameters": {"transport": args.transport, "start": args.start, "step": args.step,
+                       "duration": args.duration, "max_rate": args.max_rate,
+                       "max_steps": args.max_steps, "quick": args.quick, "set": args.set,
+                       "success_min": SUCCESS_MIN,
+                       "latency_criterion": "%d%% <= %d ms and %d%% <= %d ms"
+                                            % (LAT50_SHARE * 100, LAT50_MS, LAT25_SHARE * 100, LAT25_MS)},
+        "raw_dir": os.path.relpath(raw_dir, REPO), "scenarios": [],
+    }
+    m = report["machine"]
+    print("machine: %s, %s cores, %s GiB, kernel %s" % (m.get("cpu_model"), m.get("nproc"),
+                                                        m.get("mem_total_gib"), m.get("kernel")))
+    print(HEAD)
+    scenarios = ["proxy200", "uas"] if args.scenario == "all" else [args.scenario]
+    for sc in scenarios:
+        try:
+            res = run_scenario(args, sc, raw_dir)
+        except Exception as e:  # noqa: BLE001 - keep the other scenario's results
+            res = {"scenario": sc, "steps": [], "stop_reason": None, "error": str(e),
+                   "max_throughput_cps": None, "latency_criterion_cps": None, "tandem_cmd": None}
+            print("%s: ERROR %s" % (sc, e), flush=True)
+        report["scenarios"].append(res)
+        print("%s: max throughput %s cps, latency-criterion rate %s cps (%s)" % (
+            sc, fmt(res["max_throughput_cps"], "%d"), fmt(res["latency_criterion_cps"], "%d"),
+            res["stop_reason"] or res.get("error")), flush=True)
+    report["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
+    os.makedirs(args.out_dir, exist_ok=True)
+    jpath = os.path.join(args.out_dir, name + ".json")
+    mpath = os.path.join(args.out_dir, name + ".md")
+    with open(jpath, "w") as f:
+        json.dump(report, f, indent=1)
+    with open(mpath, "w") as f:
+        f.write(markdown(report))
+    print("wrote %s and %s" % (os.path.relpath(mpath), os.path.relpath(jpath)))
+    return 0 if all(not s.get("error") for s in report["scenarios"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
