@@ -304,13 +304,7 @@ impl Runner {
     }
 
     fn finish(self) {
-        println!(
-            "{}: {} inputs, {} parsed as datagrams, {} failures",
-            self.name,
-            self.inputs,
-            self.accepted,
-            self.failures.len()
-        );
+        println!("{}: {} inputs, {} parsed as datagrams, {} failures", self.name, self.inputs, self.accepted, self.failures.len());
         assert!(self.failures.is_empty(), "{} failing input(s) (seed {:#x}):\n{}", self.failures.len(), seed(), self.failures.join("\n\n"));
     }
 }
