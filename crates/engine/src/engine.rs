@@ -125,6 +125,11 @@ impl<H: Handler> MachineService<H> {
         self.names.iter().position(|n| n == name).map_or(0, |i| self.stats.transitions[i].count.load(Relaxed))
     }
 
+    /// Handler arms of `name` that failed (nothing they sent left).
+    pub fn failures(&self, name: &str) -> u64 {
+        self.names.iter().position(|n| n == name).map_or(0, |i| self.stats.transitions[i].failures.load(Relaxed))
+    }
+
     pub fn absorbed(&self) -> u64 {
         self.stats.absorbed.load(Relaxed)
     }
@@ -196,7 +201,7 @@ impl<H: Handler> MachineService<H> {
                 Outcome::Run { transition, vars, needed } => {
                     let missing: BTreeSet<Key> = needed.difference(&neg.held).copied().collect();
                     if missing.is_empty() || self.negotiator == Negotiator::Global {
-                        return self.run(ctx, neg, transition, vars);
+                        return self.run(ctx, neg, transition, vars, needed);
                     }
                     self.plan(ctx, &mut neg, missing);
                 }
@@ -252,11 +257,13 @@ impl<H: Handler> MachineService<H> {
         predicted
     }
 
-    fn run(&self, ctx: &mut Context<'_>, neg: Box<Negotiation>, transition: usize, vars: Vars) {
+    /// Runs the arm with access to the dynamic contract's sessions (`needed`: what the handles
+    /// traverse, and the state holders) — not to sessions only the guard looked at.
+    fn run(&self, ctx: &mut Context<'_>, neg: Box<Negotiation>, transition: usize, vars: Vars, needed: BTreeSet<Key>) {
         let negotiated = ctx.now().saturating_duration_since(neg.started);
         let t = self.compiled.transition(transition);
         let started = Instant::now();
-        let mut tr = Transition::new(ctx, &self.compiled, &neg.event, &neg.held, self.negotiator == Negotiator::Global);
+        let mut tr = Transition::new(ctx, &self.compiled, &neg.event, &needed);
         let result = self.handler.do_transition(&t.name.name, &mut tr);
         let done = tr.finish();
         let handler_time = started.elapsed();

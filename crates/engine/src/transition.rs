@@ -62,8 +62,8 @@ pub struct Transition<'c, 'a> {
     ctx: &'c mut Context<'a>,
     compiled: &'c Compiled,
     event: &'c Event,
-    held: &'c BTreeSet<Key>,
-    everything: bool,
+    /// The dynamic contract's sessions: the only existing ones the arm may touch.
+    allowed: &'c BTreeSet<Key>,
     created: Vec<SessionId>,
     created_sips: Option<SessionId>,
     created_apps: Vec<AppSessionId>,
@@ -71,24 +71,8 @@ pub struct Transition<'c, 'a> {
 }
 
 impl<'c, 'a> Transition<'c, 'a> {
-    pub(crate) fn new(
-        ctx: &'c mut Context<'a>,
-        compiled: &'c Compiled,
-        event: &'c Event,
-        held: &'c BTreeSet<Key>,
-        everything: bool,
-    ) -> Self {
-        Transition {
-            ctx,
-            compiled,
-            event,
-            held,
-            everything,
-            created: Vec::new(),
-            created_sips: None,
-            created_apps: Vec::new(),
-            actions: Vec::new(),
-        }
+    pub(crate) fn new(ctx: &'c mut Context<'a>, compiled: &'c Compiled, event: &'c Event, allowed: &'c BTreeSet<Key>) -> Self {
+        Transition { ctx, compiled, event, allowed, created: Vec::new(), created_sips: None, created_apps: Vec::new(), actions: Vec::new() }
     }
 
     pub(crate) fn finish(self) -> Done {
@@ -116,7 +100,7 @@ impl<'c, 'a> Transition<'c, 'a> {
     }
 
     fn check(&self, id: SessionId) -> Result<(), TransitionError> {
-        if self.everything || self.held.contains(&key(id)) || self.created.contains(&id) {
+        if self.allowed.contains(&key(id)) || self.created.contains(&id) {
             Ok(())
         } else {
             Err(TransitionError::NotAcquired(id))

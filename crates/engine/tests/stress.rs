@@ -54,10 +54,20 @@ transition Hangup: Waiting, Paired -> Done
   handles msg.sips
 "#;
 
-struct Pairing;
+/// `poke`: the Busy arm also tries to write to the session named in the message, which its
+/// contract did not acquire; the engine must refuse that.
+struct Pairing {
+    poke: bool,
+}
 
 impl Handler for Pairing {
     fn do_transition(&self, name: &str, t: &mut Transition<'_, '_>) -> Result<(), HandlerError> {
+        if name == "Busy" && self.poke {
+            if let Some(other) = t.resolve(&t.event().payload()).filter(|o| Some(*o) != t.sips()) {
+                t.set_attr(other, "poked", AttrValue::Bool(true))?;
+                panic!("the engine let a transition write to a session it did not acquire");
+            }
+        }
         match name {
             "Join" => {
                 let me = t.accept()?;
@@ -97,9 +107,9 @@ struct Sim {
     service: Arc<MachineService<Pairing>>,
 }
 
-fn start(executors: usize, negotiator: Negotiator, seed: u64) -> Sim {
+fn start(executors: usize, negotiator: Negotiator, seed: u64, poke: bool) -> Sim {
     let machine = tandem_contract::parse(PAIRING).expect("pairing contract parses");
-    let service = MachineService::new("pairing", Compiled::new(machine).unwrap(), Pairing, negotiator, None);
+    let service = MachineService::new("pairing", Compiled::new(machine).unwrap(), Pairing { poke }, negotiator, None);
     let services = Arc::new(Services::new(vec![("pairing".to_string(), service.clone() as Arc<dyn Service>)]));
     let store = Arc::new(SessionStore::default());
     let metrics = Arc::new(Metrics::new(executors));
@@ -174,8 +184,19 @@ fn message(i: usize, to_tag: &str, seq: u32, body: &str) -> String {
 }
 
 fn run(negotiator: Negotiator, executors: usize, executions: usize, rounds: usize, seed: u64) {
+    run_with(negotiator, executors, executions, rounds, seed, false);
+}
+
+fn run_with(
+    negotiator: Negotiator,
+    executors: usize,
+    executions: usize,
+    rounds: usize,
+    seed: u64,
+    poke: bool,
+) -> Arc<MachineService<Pairing>> {
     let started = Instant::now();
-    let sim = start(executors, negotiator, seed);
+    let sim = start(executors, negotiator, seed, poke);
     for i in 0..executions {
         sim.send(&format!("call-{i}"), invite(i));
     }
@@ -205,7 +226,7 @@ fn run(negotiator: Negotiator, executors: usize, executions: usize, rounds: usiz
     let settle = Instant::now() + Duration::from_secs(20);
     loop {
         std::thread::sleep(Duration::from_millis(50));
-        let total: u64 = ["Pair", "Busy", "Late"].iter().map(|n| sim.service.transition_count(n)).sum();
+        let total: u64 = ["Pair", "Busy", "Late"].iter().map(|n| sim.service.transition_count(n) + sim.service.failures(n)).sum();
         if total as usize == executions * rounds && sim.service.held_locks() == 0 {
             break;
         }
@@ -220,6 +241,11 @@ fn run(negotiator: Negotiator, executors: usize, executions: usize, rounds: usiz
         service.transition_count("Pair"),
         service.backoffs()
     );
+    for (id, _) in &sessions {
+        let poked = store.session(*id).and_then(|c| c.lock().attributes.get_bool("poked"));
+        assert_eq!(poked, None, "a transition wrote to a session it had not acquired");
+    }
+    service
 }
 
 /// Each execution's session (ID and local tag), found by Call-ID in the shared store.
@@ -274,6 +300,14 @@ fn ordered_negotiator_rendezvous() {
 fn single_assign_negotiator_rendezvous() {
     for seed in 0..3 {
         run(Negotiator::SingleAssign, 3, 200, 5, seed);
+    }
+}
+
+#[test]
+fn sessions_outside_the_contract_are_refused() {
+    for negotiator in [Negotiator::Ordered, Negotiator::SingleAssign] {
+        let service = run_with(negotiator, 2, 60, 3, 11, true);
+        assert!(service.failures("Busy") > 0, "the poking arm never ran");
     }
 }
 
