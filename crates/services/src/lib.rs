@@ -3,11 +3,13 @@
 #![forbid(unsafe_code)]
 
 pub mod dating;
+pub mod media;
 pub mod pairing;
 pub mod proxy;
 pub mod uas;
 
 pub use dating::{dating_service, DatingConfig, DATING_CONTRACT};
+pub use media::{Media, MediaConfig, MediaConfigError};
 pub use pairing::{pairing_service, PAIRING_CONTRACT};
 pub use proxy::{Proxy, ProxyConfig};
 pub use uas::{Uas, UasConfig};

@@ -4,7 +4,7 @@ use anyhow::{bail, Context as _, Result};
 use serde::Deserialize;
 use std::time::Duration;
 use tandem_container::{ContainerConfig, RouteRule};
-use tandem_services::{DatingConfig, ProxyConfig, UasConfig};
+use tandem_services::{DatingConfig, MediaConfig, ProxyConfig, UasConfig};
 use tandem_transport::{ListenSpec, TransportConfig};
 
 pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
@@ -23,6 +23,8 @@ pub struct Config {
     pub proxy: ProxyConfig,
     #[serde(default)]
     pub dating: DatingConfig,
+    #[serde(default)]
+    pub media: MediaConfig,
     /// Negotiator per contract service (`ordered`, `single-assign`, `global`); `default`
     /// applies to services not named.
     #[serde(default)]
