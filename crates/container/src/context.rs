@@ -11,7 +11,6 @@ use crate::session::{AppSession, Dialog, LegRole, SessionState, SipSession};
 use crate::store::SessionCell;
 use crate::timers::TimerEntry;
 use crate::{executor_for, ContainerError, Post};
-use bytes::Bytes;
 use smallvec::SmallVec;
 use std::time::{Duration, Instant};
 use tandem_sip::{Flow, HeaderName, Message, MessageWriter, Method, NameAddr, ResponseBuilder, Transport};
@@ -311,32 +310,8 @@ impl<'a> Context<'a> {
     /// the response comes to the service's `on_response`.
     pub fn send_in_dialog(&mut self, session: &mut SipSession, method: Method, body: Option<(&str, &[u8])>) -> Result<(), ContainerError> {
         let d = &mut session.dialog;
-        let target_text = d.route_set.first().map(|r| r.to_string());
-        let dest = match &target_text {
-            Some(route) => NameAddr::parse(route).and_then(|n| n.uri()).and_then(|u| Destination::from_uri(&u)),
-            None => tandem_sip::Uri::parse(&d.remote_target).and_then(|u| Destination::from_uri(&u)),
-        }
-        .ok_or(ContainerError::Unroutable)?;
-        let listener = self.st.locals.for_transport(dest.transport).cloned().ok_or(ContainerError::NoListener)?;
-        let reuse = dest.transport == d.flow.transport && dest.transport != Transport::Udp;
-        let flow = Flow {
-            transport: dest.transport,
-            listener: listener.index,
-            connection: if reuse { d.flow.connection } else { 0 },
-            remote: dest.addr,
-        };
         d.local_seq += 1;
-        let branch = self.st.ids.branch();
-        let mut w = MessageWriter::with_capacity(768).request_line(&method, &d.remote_target);
-        w.header_parts("Via", &["SIP/2.0/", dest.transport.as_str(), " ", &listener.host_port, ";branch=", &branch]);
-        w.header_u32("Max-Forwards", 70);
-        for route in &d.route_set {
-            w.header("Route", route);
-        }
-        w.header("From", &d.local_party);
-        w.header("To", &d.remote_party);
-        w.header("Call-ID", &d.call_id);
-        w.header_parts("CSeq", &[itoa::Buffer::new().format(d.local_seq), " ", method.as_str()]);
+        let (mut w, flow, listener, branch) = dialog_request(self.st, d, &method, d.local_seq)?;
         if matches!(method, Method::Invite | Method::Update) {
             w.header("Contact", &contact_value(&listener));
         }
@@ -344,7 +319,7 @@ impl<'a> Context<'a> {
             Some((ct, b)) => w.finish_with_body(Some(ct), b),
             None => w.finish(),
         };
-        self.st.metrics.message_out(Some(&method), None, dest.transport);
+        self.st.metrics.message_out(Some(&method), None, flow.transport);
         if method == Method::Invite {
             session.pending_request = Some((bytes.clone(), flow));
         }
@@ -461,10 +436,7 @@ impl CoreState {
             s.state = SessionState::Confirmed;
         }
         let seq = msg.cseq().map_or(0, |c| c.seq);
-        if let Some((ack, flow)) = ack_for_2xx(self, d, seq) {
-            self.metrics.message_out(Some(&Method::Ack), None, flow.transport);
-            self.layer.send_stateless(ack, flow);
-        }
+        self.ack_2xx(d, seq);
     }
 }
 
@@ -486,40 +458,39 @@ impl CoreState {
             remote_seq: 0,
             flow: Flow { transport: Transport::Udp, listener: 0, connection: 0, remote: std::net::SocketAddr::from(([0, 0, 0, 0], 0)) },
         };
-        if let Some((ack, flow)) = ack_for_2xx(self, &dialog, dialog.local_seq) {
+        self.ack_2xx(&dialog, dialog.local_seq);
+        if let Ok((w, flow, _, branch)) = dialog_request(self, &dialog, &Method::Bye, dialog.local_seq + 1) {
+            self.metrics.message_out(Some(&Method::Bye), None, flow.transport);
+            let tx = self.layer.send_request(now, Method::Bye, &branch, w.finish(), flow);
+            self.client_owner.insert(tx, ClientOwner::Proxy { server_tx: None });
+        }
+    }
+
+    /// ACK for a 2xx to an INVITE of the dialog (RFC 3261 §13.2.2.4), outside any transaction.
+    fn ack_2xx(&mut self, d: &Dialog, seq: u32) {
+        if let Ok((w, flow, _, _)) = dialog_request(self, d, &Method::Ack, seq) {
             self.metrics.message_out(Some(&Method::Ack), None, flow.transport);
-            self.layer.send_stateless(ack, flow);
-            if let Some((bye, branch)) = bye_for(self, &dialog, flow) {
-                self.metrics.message_out(Some(&Method::Bye), None, flow.transport);
-                let tx = self.layer.send_request(now, Method::Bye, &branch, bye, flow);
-                self.client_owner.insert(tx, ClientOwner::Proxy { server_tx: None });
-            }
+            self.layer.send_stateless(w.finish(), flow);
         }
     }
 }
 
-fn bye_for(st: &mut CoreState, d: &Dialog, flow: Flow) -> Option<(Bytes, String)> {
-    let listener = st.locals.by_index(flow.listener)?.clone();
-    let branch = st.ids.branch();
-    let mut w = MessageWriter::with_capacity(512).request_line(&Method::Bye, &d.remote_target);
-    w.header_parts("Via", &["SIP/2.0/", flow.transport.as_str(), " ", &listener.host_port, ";branch=", &branch]);
-    w.header_u32("Max-Forwards", 70);
-    for route in &d.route_set {
-        w.header("Route", route);
-    }
-    w.header("From", &d.local_party);
-    w.header("To", &d.remote_party);
-    w.header("Call-ID", &d.call_id);
-    w.header_parts("CSeq", &[itoa::Buffer::new().format(d.local_seq + 1), " BYE"]);
-    Some((w.finish(), branch))
-}
-
-fn ack_for_2xx(st: &mut CoreState, d: &Dialog, seq: u32) -> Option<(Bytes, Flow)> {
+/// A request inside a dialog (RFC 3261 §12.2.1.1): to the first Route, else the remote target,
+/// reusing the dialog's connection on connection transports; the request line and Via (a new
+/// branch), Max-Forwards, the route set, From, To, Call-ID and CSeq written. The caller adds
+/// what else it needs and the body.
+fn dialog_request(
+    st: &mut CoreState,
+    d: &Dialog,
+    method: &Method,
+    seq: u32,
+) -> Result<(MessageWriter, Flow, LocalListener, String), ContainerError> {
     let dest = match d.route_set.first() {
         Some(route) => NameAddr::parse(route).and_then(|n| n.uri()).and_then(|u| Destination::from_uri(&u)),
         None => tandem_sip::Uri::parse(&d.remote_target).and_then(|u| Destination::from_uri(&u)),
-    }?;
-    let listener = st.locals.for_transport(dest.transport)?.clone();
+    }
+    .ok_or(ContainerError::Unroutable)?;
+    let listener = st.locals.for_transport(dest.transport).cloned().ok_or(ContainerError::NoListener)?;
     let reuse = dest.transport == d.flow.transport && dest.transport != Transport::Udp;
     let flow = Flow {
         transport: dest.transport,
@@ -528,7 +499,7 @@ fn ack_for_2xx(st: &mut CoreState, d: &Dialog, seq: u32) -> Option<(Bytes, Flow)
         remote: dest.addr,
     };
     let branch = st.ids.branch();
-    let mut w = MessageWriter::with_capacity(512).request_line(&Method::Ack, &d.remote_target);
+    let mut w = MessageWriter::with_capacity(768).request_line(method, &d.remote_target);
     w.header_parts("Via", &["SIP/2.0/", dest.transport.as_str(), " ", &listener.host_port, ";branch=", &branch]);
     w.header_u32("Max-Forwards", 70);
     for route in &d.route_set {
@@ -537,6 +508,6 @@ fn ack_for_2xx(st: &mut CoreState, d: &Dialog, seq: u32) -> Option<(Bytes, Flow)
     w.header("From", &d.local_party);
     w.header("To", &d.remote_party);
     w.header("Call-ID", &d.call_id);
-    w.header_parts("CSeq", &[itoa::Buffer::new().format(seq), " ACK"]);
-    Some((w.finish(), flow))
+    w.header_parts("CSeq", &[itoa::Buffer::new().format(seq), " ", method.as_str()]);
+    Ok((w, flow, listener, branch))
 }
