@@ -80,6 +80,10 @@ pub struct MachineService<H: Handler> {
     names: Vec<String>,
     next_ticket: AtomicU64,
     ua: Option<UaProfile>,
+    /// SIP sessions with an event in negotiation, and the events of theirs that came after:
+    /// an execution's messages are taken in arrival order even while one waits for a lock
+    /// (otherwise a later message could find the sessions free and overtake it).
+    in_progress: dashmap::DashMap<SessionId, std::collections::VecDeque<Event>>,
 }
 
 pub(crate) fn key(id: SessionId) -> Key {
@@ -109,6 +113,7 @@ impl<H: Handler> MachineService<H> {
             locks: LockTable::default(),
             next_ticket: AtomicU64::new(1),
             ua,
+            in_progress: dashmap::DashMap::new(),
         })
     }
 
@@ -138,7 +143,30 @@ impl<H: Handler> MachineService<H> {
         self.stats.transitions.iter().map(|t| t.backoffs.load(Relaxed)).sum()
     }
 
-    fn start(&self, ctx: &mut Context<'_>, mut event: Event) {
+    fn start(&self, ctx: &mut Context<'_>, event: Event) {
+        if let Some(session) = event.session {
+            match self.in_progress.entry(session) {
+                dashmap::Entry::Occupied(mut waiting) => return waiting.get_mut().push_back(event),
+                dashmap::Entry::Vacant(free) => {
+                    free.insert(std::collections::VecDeque::new());
+                }
+            }
+        }
+        self.begin(ctx, event);
+    }
+
+    /// The next event of `session` that waited for the previous one, if any.
+    fn next_event(&self, ctx: &mut Context<'_>, session: SessionId) {
+        let next = self.in_progress.get_mut(&session).and_then(|mut q| q.pop_front());
+        match next {
+            Some(event) => self.begin(ctx, event),
+            None => {
+                self.in_progress.remove_if(&session, |_, q| q.is_empty());
+            }
+        }
+    }
+
+    fn begin(&self, ctx: &mut Context<'_>, mut event: Event) {
         if event.app.is_none() {
             event.app = event.session.and_then(|s| ctx.with_session(s, |_, s| s.app));
         }
@@ -233,6 +261,9 @@ impl<H: Handler> MachineService<H> {
     fn release_all(&self, ctx: &mut Context<'_>, neg: Box<Negotiation>) {
         for &k in &neg.held {
             self.release_key(ctx, k, neg.ticket);
+        }
+        if let Some(session) = neg.event.session {
+            self.next_event(ctx, session);
         }
     }
 

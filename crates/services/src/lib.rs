@@ -3,12 +3,14 @@
 #![forbid(unsafe_code)]
 
 pub mod dating;
+pub mod dating_manual;
 pub mod media;
 pub mod pairing;
 pub mod proxy;
 pub mod uas;
 
 pub use dating::{dating_service, DatingConfig, DATING_CONTRACT};
+pub use dating_manual::{dating_manual_service, DatingManual};
 pub use media::{Media, MediaConfig, MediaConfigError};
 pub use pairing::{pairing_service, PAIRING_CONTRACT};
 pub use proxy::{Proxy, ProxyConfig};

@@ -122,6 +122,7 @@ async fn run(args: RunArgs) -> Result<()> {
         ("proxy".to_string(), Arc::new(Proxy::new(&config.proxy)?)),
         ("pairing".to_string(), tandem_services::pairing_service(config.negotiator_for("pairing"))?),
         ("dating".to_string(), tandem_services::dating_service(&config.dating, config.negotiator_for("dating"))?),
+        ("dating_manual".to_string(), tandem_services::dating_manual_service(&config.dating)?),
         ("media".to_string(), Arc::new(tandem_services::Media::new(&config.media)?)),
     ];
     let settings = ContainerSettings { container: config.container.clone(), routes };
