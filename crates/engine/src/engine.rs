@@ -284,7 +284,12 @@ impl<H: Handler> MachineService<H> {
     fn predict(&self, ctx: &mut Context<'_>, neg: &Negotiation) -> BTreeSet<Key> {
         let mut predicted = BTreeSet::new();
         let mut env = self.env(ctx, neg, Some(&mut predicted));
-        let _ = select(&mut env);
+        let outcome = select(&mut env);
+        // Sessions the handles reach without reading them (the last step of a navigation)
+        // are needed too.
+        if let Ok(Outcome::Run { needed, .. }) = outcome {
+            predicted.extend(needed);
+        }
         predicted
     }
 
