@@ -36,6 +36,7 @@ import json
 import math
 import os
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -92,6 +93,36 @@ def machine_busy_seconds():
         v = [int(x) for x in f.readline().split()[1:]]
     idle = v[3] + (v[4] if len(v) > 4 else 0)
     return (sum(v[:8]) - idle) / CLK_TCK
+
+
+def udp_drops_by_pid():
+    """{pid: packets dropped by that process's UDP sockets (receive buffer full)}, from
+    `ss -u -a -m -n -p` (skmem d counter, cumulative per socket); {} if ss is missing."""
+    try:
+        out = subprocess.run(["ss", "-u", "-a", "-m", "-n", "-p"], capture_output=True,
+                             text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    drops, pids = {}, []
+    for line in out.splitlines():
+        if "users:(" in line:
+            pids = [int(p) for p in re.findall(r"pid=(\d+)", line)]
+        m = re.search(r"skmem:\(.*\bd(\d+)\)", line)
+        if m and pids:
+            for p in set(pids):
+                drops[p] = drops.get(p, 0) + int(m.group(1))
+            pids = []
+    return drops
+
+
+def udp_rcvbuf_errors():
+    """Machine-wide UDP RcvbufErrors (all processes)."""
+    try:
+        with open("/proc/net/snmp") as f:
+            rows = [l.split() for l in f if l.startswith("Udp:")]
+        return int(dict(zip(rows[0][1:], rows[1][1:]))["RcvbufErrors"])
+    except (OSError, KeyError, IndexError, ValueError):
+        return None
 
 
 def rss_kib(pid, key="VmRSS"):
@@ -239,6 +270,17 @@ def machine():
     return info
 
 
+def binary_id(path):
+    """sha256 prefix and modification time of the tandem binary (it may be rebuilt mid-run)."""
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    mtime = datetime.datetime.fromtimestamp(os.path.getmtime(path)).isoformat(timespec="seconds")
+    return {"sha256": h.hexdigest()[:16], "mtime": mtime}
+
+
 def git_rev():
     try:
         r = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
@@ -278,7 +320,8 @@ class Rig:
             self.uas_out = open(os.path.join(self.dir, "uas.stdout.log"), "wb")
             self.uas = subprocess.Popen(
                 ["sipp", "-sn", "uas", "-i", "127.0.0.1", "-p", str(p2), "-t", self.mode,
-                 "-nostdin", "-trace_err", "-error_file", os.path.join(self.dir, "uas.errors.log"),
+                 "-nostdin", "-buff_size", str(a.sipp_buffer),
+                 "-trace_err", "-error_file", os.path.join(self.dir, "uas.errors.log"),
                  "-trace_stat", "-stf", os.path.join(self.dir, "uas.stat.csv"), "-fd", "5"],
                 stdin=subprocess.DEVNULL, stdout=self.uas_out, stderr=subprocess.STDOUT,
                 cwd=self.dir, start_new_session=True)
@@ -288,6 +331,7 @@ class Rig:
             svc = ["--service", "proxy", "--set", "proxy.next_hop=" + hop]
         else:
             svc = ["--service", "uas"]
+        self.binary = binary_id(a.binary)
         cmd = [a.binary, "run", "--listen", "%s:127.0.0.1:%d" % (a.transport, self.port),
                "--admin", "127.0.0.1:%d" % self.admin] + svc + sum((["--set", s] for s in a.set), [])
         self.cmd = cmd
@@ -311,7 +355,7 @@ class Rig:
         cmd = ["sipp", "-sf", SCENARIO, "127.0.0.1:%d" % self.port, "-t", self.mode,
                "-i", "127.0.0.1", "-p", str(free_port()),
                "-r", str(rate), "-m", str(calls), "-l", str(max(1000, rate * 10)),
-               "-nostdin", "-trace_rtt", "-rtt_freq", "200",
+               "-nostdin", "-buff_size", str(a.sipp_buffer), "-trace_rtt", "-rtt_freq", "200",
                "-trace_stat", "-stf", os.path.join(sdir, "stat.csv"), "-fd", "1",
                "-trace_err", "-error_file", os.path.join(sdir, "errors.log"),
                "-trace_screen", "-screen_file", os.path.join(sdir, "screen.log"),
@@ -319,6 +363,8 @@ class Rig:
         pid = self.tandem.pid
         warm = min(2.0, dur * 0.2)
         end = max(warm + 0.5, dur - 0.5)
+        drops0 = udp_drops_by_pid()
+        rcvbuf0 = udp_rcvbuf_errors()
         out = open(os.path.join(sdir, "sipp.stdout.log"), "wb")
         t0 = time.monotonic()
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -331,6 +377,7 @@ class Rig:
             samples[label] = (time.monotonic() - t0, cpu_seconds(pid), cpu_seconds(proc.pid),
                               cpu_seconds(self.uas.pid) if self.uas else 0.0, machine_busy_seconds())
         rss = rss_kib(pid)
+        drops1 = udp_drops_by_pid()
         try:
             rc = proc.wait(timeout=dur + 90)
         except subprocess.TimeoutExpired:
@@ -347,6 +394,14 @@ class Rig:
         sipp_cpu = None
         if samples["warm"][2] is not None and samples["end"][2] is not None:
             sipp_cpu = (samples["end"][2] - samples["warm"][2]) / max(1e-3, (w1 - w0) / 1000)
+        rcvbuf1 = udp_rcvbuf_errors()
+        uas_pid = self.uas.pid if self.uas else None
+        drops = {
+            "tandem": drops1.get(pid, 0) - drops0.get(pid, 0) if drops1 else None,
+            "sipp_uac": drops1.get(proc.pid) if drops1 else None,
+            "sipp_uas": (drops1.get(uas_pid, 0) - drops0.get(uas_pid, 0)) if (drops1 and uas_pid) else None,
+            "machine_rcvbuf_errors": (rcvbuf1 - rcvbuf0) if None not in (rcvbuf0, rcvbuf1) else None,
+        }
         other = None
         wsec = max(1e-3, (w1 - w0) / 1000)
         if all(x is not None for x in samples["warm"] + samples["end"]):
@@ -381,6 +436,7 @@ class Rig:
             "sipp_uac_cpu_share": sipp_cpu,
             "tandem_cpu_share": tandem_share,
             "other_cpu_share": other,
+            "udp_drops": drops,
         }
         # The latency criterion is judged on the calls that were set up,
         # and only matters if the step also met the success threshold.
@@ -431,6 +487,7 @@ def run_scenario(args, scenario, raw_dir):
     return {
         "scenario": scenario,
         "tandem_cmd": getattr(rig, "cmd", None),
+        "tandem_binary": getattr(rig, "binary", None),
         "steps": steps,
         "stop_reason": stop_reason,
         "max_throughput_cps": max((s["rate"] for s in good), default=None),
@@ -492,8 +549,11 @@ def markdown(report):
              "up in that window. CPU columns are shares of one core over that window; 'other' is the "
              "CPU used by everything except tandem and the sipp processes (interference from the rest "
              "of the machine). Stop: < 95 %% successful calls, second miss of the latency criterion, "
-             "load generator saturated, or the configured limit."
-             % (p["transport"].upper(), p["start"], p["step"], p["duration"], p["duration"]), "",
+             "load generator saturated, or the configured limit. sipp runs with `-buff_size %d`; "
+             "'UDP drops' counts datagrams dropped because a socket's receive buffer was full "
+             "(ss skmem), for tandem and for the sipp processes."
+             % (p["transport"].upper(), p["start"], p["step"], p["duration"], p["duration"],
+                p.get("sipp_buffer", 0)), "",
              "- **maximum throughput**: highest offered rate with >= 95 % successful calls",
              "- **latency-criterion rate**: highest such rate with >= 95 % of calls set up within "
              "50 ms and >= 50 % within 25 ms (the SIPstone Proxy 200 criterion)", ""]
@@ -507,19 +567,27 @@ def markdown(report):
     for s in report["scenarios"]:
         lines += ["", "### %s" % s["scenario"], "",
                   "tandem: `%s`" % " ".join(s["tandem_cmd"] or []), "",
+                  "binary: sha256 %s, modified %s" % ((s.get("tandem_binary") or {}).get("sha256", "?"),
+                                                      (s.get("tandem_binary") or {}).get("mtime", "?")),
+                  "",
                   "| offered cps | calls | successful | p50 ms | p95 ms | p99 ms | <= 25 ms "
                   "| <= 50 ms | cpu µs/call | tandem RSS MiB | tandem CPU | sipp uac CPU | other CPU "
-                  "| retrans |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| retrans | UDP drops tandem / sipp |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in s["steps"]:
+            d = r.get("udp_drops") or {}
+            sipp_drops = None
+            if d.get("sipp_uac") is not None:
+                sipp_drops = d["sipp_uac"] + (d.get("sipp_uas") or 0)
             lines.append("| %d | %d | %.2f %% | %s | %s | %s | %.1f %% | %.1f %% | %s | %s | %s %% | %s %% "
-                         "| %s %% | %s |" % (
+                         "| %s %% | %s | %s / %s |" % (
                 r["rate"], r["calls"], 100 * r["success_ratio"], fmt(r["p50_ms"]), fmt(r["p95_ms"]),
                 fmt(r["p99_ms"]), 100 * r["share_le_25ms"], 100 * r["share_le_50ms"],
                 fmt(r["cpu_us_per_call"], "%.1f"),
                 fmt(r["tandem_rss_kib"] / 1024 if r["tandem_rss_kib"] else None, "%.1f"),
                 pct(r.get("tandem_cpu_share")), pct(r["sipp_uac_cpu_share"]),
-                pct(r.get("other_cpu_share")), fmt(r["retransmissions"], "%d")))
+                pct(r.get("other_cpu_share")), fmt(r["retransmissions"], "%d"),
+                fmt(d.get("tandem"), "%d"), fmt(sipp_drops, "%d")))
         if s.get("error"):
             lines += ["", "Error: %s" % s["error"]]
         lines += ["", "tandem exit code after SIGTERM: %s" % s.get("tandem_exit_code")]
@@ -539,6 +607,9 @@ def main(argv=None):
     ap.add_argument("--max-steps", type=int, default=0, help="0 = no limit")
     ap.add_argument("--pause", type=float, default=3.0, help="seconds between steps")
     ap.add_argument("--set", action="append", default=[], help="extra tandem --set KEY=VALUE")
+    ap.add_argument("--sipp-buffer", type=int, default=4 * 1024 * 1024,
+                    help="sipp -buff_size (socket send/receive buffers, bytes); sipp's own default "
+                         "(128 KiB) overflows near 6,000 cps and makes the load generator the bottleneck")
     ap.add_argument("--quick", action="store_true",
                     help="short run: 5 s steps, +1000 cps, at most 3 steps per scenario")
     ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
@@ -566,6 +637,7 @@ def main(argv=None):
         "parameters": {"transport": args.transport, "start": args.start, "step": args.step,
                        "duration": args.duration, "max_rate": args.max_rate,
                        "max_steps": args.max_steps, "quick": args.quick, "set": args.set,
+                       "sipp_buffer": args.sipp_buffer,
                        "success_min": SUCCESS_MIN,
                        "latency_criterion": "%d%% <= %d ms and %d%% <= %d ms"
                                             % (LAT50_SHARE * 100, LAT50_MS, LAT25_SHARE * 100, LAT25_MS)},

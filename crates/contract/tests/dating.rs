@@ -117,7 +117,7 @@ fn the_papers_eleven_transitions() {
 fn completion_transitions() {
     let m = machine();
     let names: Vec<&str> = m.transitions.iter().map(|t| t.name.name.as_str()).collect();
-    let expected: Vec<String> = (1..=19).map(|i| format!("T{i}")).collect();
+    let expected: Vec<String> = (1..=20).map(|i| format!("T{i}")).collect();
     assert_eq!(names, expected);
     let t12 = m.transition("T12").unwrap();
     assert_eq!((t12.from[0].name.as_str(), t12.to.name.as_str()), ("Terminating", "Done"));

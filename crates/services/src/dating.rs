@@ -97,6 +97,13 @@ impl Handler for Dating {
             }
             // Caller?ACK: the media leg was acknowledged by the container already.
             "T4" | "T8" | "T12" | "T16" => {}
+            // The caller never acknowledged our 200 and the container's BYE was answered or
+            // failed: end the media leg too.
+            "T20" => {
+                let caller = sips.ok_or_else(|| err("no session"))?;
+                let msr = Self::session_attr(t, caller, "msr")?;
+                t.bye(msr)?;
+            }
             // Caller?BYE before pairing: end both legs.
             "T5" | "T15" => {
                 let caller = sips.ok_or_else(|| err("no session"))?;

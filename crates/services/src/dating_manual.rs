@@ -168,10 +168,11 @@ pub enum T {
     T17,
     T18,
     T19,
+    T20,
 }
 
-const NAMES: [&str; 19] =
-    ["T1", "T2", "T3", "T4", "T5", "T6", "T7", "T8", "T9", "T10", "T11", "T12", "T13", "T14", "T15", "T16", "T17", "T18", "T19"];
+const NAMES: [&str; 20] =
+    ["T1", "T2", "T3", "T4", "T5", "T6", "T7", "T8", "T9", "T10", "T11", "T12", "T13", "T14", "T15", "T16", "T17", "T18", "T19", "T20"];
 
 impl T {
     pub fn name(self) -> &'static str {
@@ -188,7 +189,7 @@ impl T {
             T::T8 => State::TalkingWithPeer,
             T::T6 | T::T9 | T::T16 => from,
             T::T17 | T::T18 | T::T19 => State::Terminating,
-            T::T3 | T::T5 | T::T10 | T::T11 | T::T12 | T::T13 | T::T14 | T::T15 => State::Done,
+            T::T3 | T::T5 | T::T10 | T::T11 | T::T12 | T::T13 | T::T14 | T::T15 | T::T20 => State::Done,
         }
     }
 
@@ -206,6 +207,7 @@ pub fn caller_transition(kind: Kind, state: State) -> Option<T> {
         (ConnectingMS2Caller, Kind::Ack) => T::T4,
         (ConnectingMS2Caller, Kind::Bye) => T::T15,
         (ConnectingMS2Caller, Kind::Cancel) => T::T16,
+        (ConnectingMS2Caller, Kind::Ok | Kind::Error) => T::T20,
         (TalkingWithMS, Kind::Bye) => T::T5,
         (Pairing, Kind::Ok) => T::T8,
         (Pairing, Kind::Bye) => T::T14,
@@ -306,8 +308,8 @@ impl Msg<'_, '_> {
 
 #[derive(Default)]
 struct Stats {
-    transitions: [AtomicU64; 19],
-    failures: [AtomicU64; 19],
+    transitions: [AtomicU64; 20],
+    failures: [AtomicU64; 20],
     absorbed: AtomicU64,
     lock_retries: AtomicU64,
     /// Peers ordered before the caller that were try-locked successfully (no retry needed).
@@ -507,6 +509,11 @@ impl DatingManual {
                 }
             }
             T::T13 => fx.respond = Some(200),
+            T::T20 => {
+                if let Some(msr) = msr {
+                    fx.push(msr, None, Op::Bye);
+                }
+            }
             T::T11 | T::T14 => {
                 fx.respond = Some(200);
                 if let Some(p) = peer {
