@@ -52,6 +52,9 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(HERE))
+# Shared with the step-load benchmark: free ports and /proc CPU readings.
+from find_max_rate import cpu_seconds, free_port, machine_busy_seconds  # noqa: E402
 RESULTS = os.path.join(REPO, "bench", "results")
 BINARY = os.path.join(REPO, "target", "release", "tandem")
 TEST_SCEN = os.path.join(REPO, "tests", "dating", "scenarios")
@@ -75,41 +78,6 @@ COMPLETE_CALL_S = 4.2
 
 def log(msg):
     print("[%s] %s" % (time.strftime("%H:%M:%S"), msg), flush=True)
-
-
-def free_port():
-    for _ in range(200):
-        t = socket.socket()
-        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            t.bind(("127.0.0.1", 0))
-            p = t.getsockname()[1]
-            try:
-                u.bind(("127.0.0.1", p))
-            except OSError:
-                continue
-            return p
-        finally:
-            t.close()
-            u.close()
-    raise RuntimeError("no free port")
-
-
-def cpu_seconds(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            s = f.read()
-    except OSError:
-        return None
-    fields = s[s.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def machine_busy_seconds():
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    idle = v[3] + (v[4] if len(v) > 4 else 0)
-    return (sum(v[:8]) - idle) / CLK_TCK
 
 
 def machine():
