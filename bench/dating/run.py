@@ -55,6 +55,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))
 # Shared with the step-load benchmark: free ports and /proc CPU readings.
 from find_max_rate import cpu_seconds, free_port, machine_busy_seconds  # noqa: E402
+from find_max_rate import machine as describe_machine  # noqa: E402
 RESULTS = os.path.join(REPO, "bench", "results")
 BINARY = os.path.join(REPO, "target", "release", "tandem")
 TEST_SCEN = os.path.join(REPO, "tests", "dating", "scenarios")
@@ -81,37 +82,8 @@ def log(msg):
 
 
 def machine():
-    info = {"nproc": os.cpu_count(), "kernel": platform.release(), "arch": platform.machine()}
-    for path, key, field in (("/proc/cpuinfo", "model name", "cpu_model"),):
-        try:
-            with open(path) as f:
-                for line in f:
-                    if line.startswith(key):
-                        info[field] = line.split(":", 1)[1].strip()
-                        break
-        except OSError:
-            pass
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    info["mem_total_gib"] = round(int(line.split()[1]) / 1024 / 1024, 1)
-    except OSError:
-        pass
-    try:
-        with open("/etc/os-release") as f:
-            for line in f:
-                if line.startswith("PRETTY_NAME="):
-                    info["os"] = line.split("=", 1)[1].strip().strip('"')
-    except OSError:
-        pass
-    try:
-        v = subprocess.run(["sipp", "-v"], capture_output=True, text=True, timeout=5)
-        for line in (v.stdout + v.stderr).splitlines():
-            if "SIPp v" in line:
-                info["sipp"] = line.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        pass
+    """The step-load benchmark's machine description, plus the git revision measured."""
+    info = describe_machine()
     try:
         r = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
                            capture_output=True, text=True, timeout=5)
