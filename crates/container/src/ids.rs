@@ -42,6 +42,40 @@ macro_rules! id_type {
 id_type!(SessionId, "Identifies a SIP session; transmissible as text (e.g. in a message body).");
 id_type!(AppSessionId, "Identifies an application session.");
 
+/// Hashes an ID (or a lock key derived from one) by folding its bits: IDs are already uniform
+/// random, so SipHash's cost (a visible share of a contract transition, which looks sessions up
+/// a dozen times) buys nothing. Collisions cannot be forced: only the server creates IDs; a
+/// peer can at most name one to look up.
+#[derive(Default, Clone, Copy)]
+pub struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        // One multiply-xorshift: tables that shard by some bits of the key still spread
+        // evenly over the rest.
+        let h = self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h ^ (h >> 29)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Not used by the ID types; a plain FNV-1a keeps any other key correct.
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn write_u128(&mut self, v: u128) {
+        self.0 ^= (v as u64) ^ ((v >> 64) as u64);
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 ^= v;
+    }
+}
+
+/// Build hasher for maps keyed by session IDs.
+pub type IdHashBuilder = std::hash::BuildHasherDefault<IdHasher>;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("not a session ID (32 hexadecimal digits expected)")]
 pub struct InvalidId;

@@ -31,7 +31,7 @@ pub use attributes::{AttrValue, Attributes};
 pub use config::{ContainerConfig, ContainerSettings};
 pub use context::Context;
 pub use core::{Core, CoreParts, Services};
-pub use ids::{AppSessionId, IdSource, InvalidId, SessionId, TimerId};
+pub use ids::{AppSessionId, IdHashBuilder, IdHasher, IdSource, InvalidId, SessionId, TimerId};
 pub use locals::{Destination, LocalListener, Locals};
 pub use metrics::Metrics;
 pub use proxy::ProxyOptions;

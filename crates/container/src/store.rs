@@ -1,7 +1,7 @@
 //! Live sessions, shared by every executor: a session ID resolves to its session whichever
 //! executor asks (the synchronization contracts of later work lock sessions across calls).
 
-use crate::ids::{AppSessionId, SessionId};
+use crate::ids::{AppSessionId, IdHashBuilder, SessionId};
 use crate::session::{AppSession, SipSession};
 use dashmap::DashMap;
 use parking_lot::Mutex;
@@ -12,8 +12,8 @@ pub type AppSessionCell = Arc<Mutex<AppSession>>;
 
 #[derive(Default)]
 pub struct SessionStore {
-    sip: DashMap<SessionId, SessionCell>,
-    app: DashMap<AppSessionId, AppSessionCell>,
+    sip: DashMap<SessionId, SessionCell, IdHashBuilder>,
+    app: DashMap<AppSessionId, AppSessionCell, IdHashBuilder>,
 }
 
 impl SessionStore {

@@ -1,22 +1,59 @@
 //! A contract prepared for evaluation: transitions indexed by source state, roles' state
 //! access and single-assignment attributes.
 
-use std::collections::{HashMap, HashSet};
 use tandem_contract::ast::{self, AttrType, StateKind};
 
 pub struct Compiled {
     pub machine: ast::Machine,
     pub initial: String,
-    pub finals: HashSet<String>,
-    by_state: HashMap<String, Vec<usize>>,
-    roles: HashMap<String, RoleInfo>,
+    pub finals: Names<()>,
+    by_state: Names<Vec<usize>>,
+    roles: Names<RoleInfo>,
+}
+
+/// A contract's few names (states, roles, attributes) and what they map to. Looked up several
+/// times per message: a scan over short strings is cheaper than hashing them.
+pub struct Names<V>(Vec<(String, V)>);
+
+impl<V> Names<V> {
+    pub fn get(&self, name: &str) -> Option<&V> {
+        self.0.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
+    fn entry_or_insert_with(&mut self, name: &str, make: impl FnOnce() -> V) -> &mut V {
+        let at = match self.0.iter().position(|(n, _)| n == name) {
+            Some(at) => at,
+            None => {
+                self.0.push((name.to_string(), make()));
+                self.0.len() - 1
+            }
+        };
+        &mut self.0[at].1
+    }
+}
+
+impl<V> FromIterator<(String, V)> for Names<V> {
+    fn from_iter<I: IntoIterator<Item = (String, V)>>(iter: I) -> Self {
+        let mut names = Names(Vec::new());
+        for (n, v) in iter {
+            match names.0.iter_mut().find(|(m, _)| *m == n) {
+                Some((_, old)) => *old = v,
+                None => names.0.push((n, v)),
+            }
+        }
+        names
+    }
 }
 
 pub struct RoleInfo {
     pub holds_state: bool,
     pub state_via: Option<String>,
     /// Single-assignment attributes (`once`).
-    pub once: HashSet<String>,
+    pub once: Names<()>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -28,18 +65,18 @@ pub enum CompileError {
 impl Compiled {
     pub fn new(machine: ast::Machine) -> Result<Compiled, CompileError> {
         let initial = machine.initial_state().ok_or(CompileError::NoInitialState)?.name.name.clone();
-        let finals = machine.states.iter().filter(|s| s.kind == StateKind::Final).map(|s| s.name.name.clone()).collect();
-        let mut by_state: HashMap<String, Vec<usize>> = HashMap::new();
+        let finals = machine.states.iter().filter(|s| s.kind == StateKind::Final).map(|s| (s.name.name.clone(), ())).collect();
+        let mut by_state: Names<Vec<usize>> = Names(Vec::new());
         for (i, t) in machine.transitions.iter().enumerate() {
             for from in &t.from {
-                by_state.entry(from.name.clone()).or_default().push(i);
+                by_state.entry_or_insert_with(&from.name, Vec::new).push(i);
             }
         }
         let roles = machine
             .roles
             .iter()
             .map(|r| {
-                let once = r.attributes.iter().filter(|a| a.once).map(|a| a.name.name.clone()).collect();
+                let once = r.attributes.iter().filter(|a| a.once).map(|a| (a.name.name.clone(), ())).collect();
                 (
                     r.name.name.clone(),
                     RoleInfo { holds_state: r.holds_state, state_via: r.state_via.as_ref().map(|v| v.name.clone()), once },

@@ -4,9 +4,10 @@ use crate::compiled::Compiled;
 use crate::eval::{eval, eval_nav, Env, Need, Value, Vars};
 use crate::event::{Event, Trigger};
 use crate::locks::{Acquire, Key, LockTable, Ticket, GLOBAL};
+use crate::sorted_set::SortedSet;
 use crate::stats::ServiceStats;
 use crate::transition::{Action, Transition};
-use std::collections::BTreeSet;
+use smol_str::SmolStr;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
@@ -63,8 +64,8 @@ pub(crate) struct Negotiation {
     pub ticket: Ticket,
     pub event: Event,
     pub executor: u16,
-    pub held: BTreeSet<Key>,
-    to_acquire: BTreeSet<Key>,
+    pub held: SortedSet<Key>,
+    to_acquire: SortedSet<Key>,
     started: Instant,
     backoffs: u64,
 }
@@ -83,7 +84,7 @@ pub struct MachineService<H: Handler> {
     /// SIP sessions with an event in negotiation, and the events of theirs that came after:
     /// an execution's messages are taken in arrival order even while one waits for a lock
     /// (otherwise a later message could find the sessions free and overtake it).
-    in_progress: dashmap::DashMap<SessionId, std::collections::VecDeque<Event>>,
+    in_progress: dashmap::DashMap<SessionId, std::collections::VecDeque<Event>, tandem_container::IdHashBuilder>,
 }
 
 pub(crate) fn key(id: SessionId) -> Key {
@@ -93,10 +94,10 @@ pub(crate) fn key(id: SessionId) -> Key {
 }
 
 enum Outcome {
-    Need(BTreeSet<Key>),
+    Need(SortedSet<Key>),
     Absorb,
     Ambiguous(Vec<String>),
-    Run { transition: usize, vars: Vars, needed: BTreeSet<Key> },
+    Run { transition: usize, vars: Vars, needed: SortedSet<Key> },
 }
 
 impl<H: Handler> MachineService<H> {
@@ -113,7 +114,7 @@ impl<H: Handler> MachineService<H> {
             locks: LockTable::default(),
             next_ticket: AtomicU64::new(1),
             ua,
-            in_progress: dashmap::DashMap::new(),
+            in_progress: dashmap::DashMap::default(),
         })
     }
 
@@ -174,8 +175,8 @@ impl<H: Handler> MachineService<H> {
             ticket: self.next_ticket.fetch_add(1, Relaxed),
             event,
             executor: ctx.executor(),
-            held: BTreeSet::new(),
-            to_acquire: BTreeSet::new(),
+            held: SortedSet::new(),
+            to_acquire: SortedSet::new(),
             started: ctx.now(),
             backoffs: 0,
         });
@@ -227,7 +228,7 @@ impl<H: Handler> MachineService<H> {
                     return self.release_all(ctx, neg);
                 }
                 Outcome::Run { transition, vars, needed } => {
-                    let missing: BTreeSet<Key> = needed.difference(&neg.held).copied().collect();
+                    let missing: SortedSet<Key> = needed.difference(&neg.held).copied().collect();
                     if missing.is_empty() || self.negotiator == Negotiator::Global {
                         return self.run(ctx, neg, transition, vars, needed);
                     }
@@ -240,7 +241,7 @@ impl<H: Handler> MachineService<H> {
     /// Schedules acquisition of `wanted`: directly when all of it comes after what is held,
     /// else by backing off (release what is held after the first wanted key, re-acquire all
     /// in order; the guard is then evaluated again on fresh state).
-    fn plan(&self, ctx: &mut Context<'_>, neg: &mut Negotiation, wanted: BTreeSet<Key>) {
+    fn plan(&self, ctx: &mut Context<'_>, neg: &mut Negotiation, wanted: SortedSet<Key>) {
         let released = crate::plan::plan(&mut neg.held, &mut neg.to_acquire, &wanted);
         if !released.is_empty() {
             neg.backoffs += 1;
@@ -267,7 +268,12 @@ impl<H: Handler> MachineService<H> {
         }
     }
 
-    fn env<'e, 'a>(&'e self, ctx: &'e mut Context<'a>, neg: &'e Negotiation, predict: Option<&'e mut BTreeSet<Key>>) -> EvalEnv<'e, 'a, H> {
+    fn env<'e, 'a>(
+        &'e self,
+        ctx: &'e mut Context<'a>,
+        neg: &'e Negotiation,
+        predict: Option<&'e mut SortedSet<Key>>,
+    ) -> EvalEnv<'e, 'a, H> {
         EvalEnv { engine: self, ctx, neg, predict }
     }
 
@@ -281,8 +287,8 @@ impl<H: Handler> MachineService<H> {
 
     /// The sessions a message will most likely need, read without locks (a hint only: the
     /// locked evaluation decides).
-    fn predict(&self, ctx: &mut Context<'_>, neg: &Negotiation) -> BTreeSet<Key> {
-        let mut predicted = BTreeSet::new();
+    fn predict(&self, ctx: &mut Context<'_>, neg: &Negotiation) -> SortedSet<Key> {
+        let mut predicted = SortedSet::new();
         let mut env = self.env(ctx, neg, Some(&mut predicted));
         let outcome = select(&mut env);
         // Sessions the handles reach without reading them (the last step of a navigation)
@@ -295,7 +301,7 @@ impl<H: Handler> MachineService<H> {
 
     /// Runs the arm with access to the dynamic contract's sessions (`needed`: what the handles
     /// traverse, and the state holders) — not to sessions only the guard looked at.
-    fn run(&self, ctx: &mut Context<'_>, neg: Box<Negotiation>, transition: usize, vars: Vars, needed: BTreeSet<Key>) {
+    fn run(&self, ctx: &mut Context<'_>, neg: Box<Negotiation>, transition: usize, vars: Vars, needed: SortedSet<Key>) {
         let negotiated = ctx.now().saturating_duration_since(neg.started);
         let t = self.compiled.transition(transition);
         let started = Instant::now();
@@ -338,7 +344,7 @@ impl<H: Handler> MachineService<H> {
         for mv in &t.moves {
             let target = {
                 let mut env = self.env(ctx, neg, None);
-                eval_nav(&mv.target, &mut env, vars, &mut BTreeSet::new())
+                eval_nav(&mv.target, &mut env, vars, &mut SortedSet::new())
             };
             if let Ok(Value::Session(s)) = target {
                 if let Some(holder) = self.holder(ctx, s) {
@@ -357,7 +363,7 @@ impl<H: Handler> MachineService<H> {
         }
         for mv in t.moves.iter().filter(|m| self.compiled.finals.contains(&m.to.name)) {
             let mut env = self.env(ctx, neg, None);
-            if let Ok(Value::Session(s)) = eval_nav(&mv.target, &mut env, vars, &mut BTreeSet::new()) {
+            if let Ok(Value::Session(s)) = eval_nav(&mv.target, &mut env, vars, &mut SortedSet::new()) {
                 ended.push(s);
             }
         }
@@ -393,7 +399,7 @@ fn select<H: Handler>(env: &mut EvalEnv<'_, '_, H>) -> Result<Outcome, Need> {
     let compiled = &env.engine.compiled;
     let sips = env.message(&NavRoot::MsgSips);
     let state = match &sips {
-        Value::NewSession => compiled.initial.clone(),
+        Value::NewSession => SmolStr::new(&compiled.initial),
         Value::Session(id) => match env.session_attr(*id, "state")? {
             Value::Str(s) => s,
             _ => return Ok(Outcome::Absorb),
@@ -417,7 +423,7 @@ fn select<H: Handler>(env: &mut EvalEnv<'_, '_, H>) -> Result<Outcome, Need> {
     }
     let Some((index, vars)) = enabled.pop() else { return Ok(Outcome::Absorb) };
     let t = compiled.transition(index);
-    let mut traversed = BTreeSet::new();
+    let mut traversed = SortedSet::new();
     for nav in t.handles.iter().chain(t.moves.iter().map(|m| &m.target)) {
         eval_nav(nav, env, &vars, &mut traversed)?;
     }
@@ -449,7 +455,7 @@ struct EvalEnv<'e, 'a, H: Handler> {
     ctx: &'e mut Context<'a>,
     neg: &'e Negotiation,
     /// Prediction mode: read everything without locks and note every session touched.
-    predict: Option<&'e mut BTreeSet<Key>>,
+    predict: Option<&'e mut SortedSet<Key>>,
 }
 
 impl<H: Handler> EvalEnv<'_, '_, H> {
@@ -470,10 +476,10 @@ impl<H: Handler> EvalEnv<'_, '_, H> {
 fn to_value(v: Option<&AttrValue>) -> Value {
     match v {
         None => Value::Null,
-        Some(AttrValue::Str(s)) => Value::Str(s.clone()),
+        Some(AttrValue::Str(s)) => Value::Str(SmolStr::new(s)),
         Some(AttrValue::Int(i)) => Value::Int(*i),
         Some(AttrValue::Bool(b)) => Value::Bool(*b),
-        Some(AttrValue::Bytes(b)) => Value::Str(String::from_utf8_lossy(b).into_owned()),
+        Some(AttrValue::Bytes(b)) => Value::Str(SmolStr::new(String::from_utf8_lossy(b))),
         Some(AttrValue::Session(s)) => Value::Session(*s),
     }
 }
@@ -482,10 +488,10 @@ impl<H: Handler> Env for EvalEnv<'_, '_, H> {
     fn message(&self, root: &NavRoot) -> Value {
         let e = &self.neg.event;
         match root {
-            NavRoot::MsgMethod => Value::Str(e.method()),
+            NavRoot::MsgMethod => Value::Str(SmolStr::new(e.method())),
             NavRoot::MsgStatus => Value::Int(i64::from(e.status())),
-            NavRoot::MsgPayload => Value::Str(e.payload()),
-            NavRoot::MsgTimer => Value::Str(e.timer().to_string()),
+            NavRoot::MsgPayload => Value::Str(SmolStr::new(e.payload())),
+            NavRoot::MsgTimer => Value::Str(SmolStr::new(e.timer())),
             NavRoot::MsgSips => match e.session {
                 Some(id) => Value::Session(id),
                 None if matches!(e.trigger, Trigger::Request { .. }) => Value::NewSession,
@@ -502,7 +508,7 @@ impl<H: Handler> Env for EvalEnv<'_, '_, H> {
 
     fn session_attr(&mut self, id: SessionId, name: &str) -> Result<Value, Need> {
         let Some((role, value)) = self.ctx.with_session(id, |_, s| {
-            let role = s.attributes.get_str(ROLE).map(str::to_string);
+            let role = s.attributes.get_str(ROLE).map(SmolStr::new);
             let attr = match name {
                 "role" => ROLE,
                 "state" => STATE,
@@ -530,7 +536,7 @@ impl<H: Handler> Env for EvalEnv<'_, '_, H> {
                     // The state changes: only its holder's lock makes it stable.
                     if self.predict.is_some() || self.engine.negotiator == Negotiator::Global || self.neg.held.contains(&key(id)) {
                         return Ok(match value {
-                            Value::Null => Value::Str(self.engine.compiled.initial.clone()),
+                            Value::Null => Value::Str(SmolStr::new(&self.engine.compiled.initial)),
                             v => v,
                         });
                     }

@@ -3,7 +3,8 @@
 //! Reading a session's attributes may require holding the session: the environment answers
 //! `Err(Need(id))` when it does, and the negotiator acquires it and evaluates again.
 
-use std::collections::BTreeSet;
+use crate::sorted_set::SortedSet;
+use smol_str::SmolStr;
 use tandem_container::SessionId;
 use tandem_contract::ast::{CmpOp, Expr, Nav, NavRoot};
 
@@ -12,7 +13,8 @@ pub enum Value {
     Null,
     Bool(bool),
     Int(i64),
-    Str(String),
+    /// Text; short values (names, states, methods) are stored inline, without allocating.
+    Str(SmolStr),
     Session(SessionId),
     /// The session an initial request will create: no role, the initial state, no attributes.
     NewSession,
@@ -48,12 +50,12 @@ pub trait Env {
 /// `let` bindings of one transition.
 #[derive(Default)]
 pub struct Vars {
-    vars: Vec<(String, Value)>,
+    vars: Vec<(SmolStr, Value)>,
 }
 
 impl Vars {
     pub fn bind(&mut self, name: &str, value: Value) {
-        self.vars.push((name.to_string(), value));
+        self.vars.push((SmolStr::new(name), value));
     }
 
     fn get(&self, name: &str) -> Value {
@@ -63,13 +65,13 @@ impl Vars {
 
 pub fn eval(expr: &Expr, env: &mut dyn Env, vars: &Vars) -> Result<Value, Need> {
     Ok(match expr {
-        Expr::Nav(nav) => eval_nav(nav, env, vars, &mut BTreeSet::new())?,
+        Expr::Nav(nav) => eval_nav(nav, env, vars, &mut SortedSet::new())?,
         Expr::SessionOf(inner, _) => match eval(inner, env, vars)? {
             Value::Str(s) => env.session_of(&s),
             _ => Value::Null,
         },
-        Expr::Name(i) => Value::Str(i.name.clone()),
-        Expr::Str(s, _) => Value::Str(s.clone()),
+        Expr::Name(i) => Value::Str(SmolStr::new(&i.name)),
+        Expr::Str(s, _) => Value::Str(SmolStr::new(s)),
         Expr::Int(i, _) => Value::Int(*i),
         Expr::Bool(b, _) => Value::Bool(*b),
         Expr::Null(_) => Value::Null,
@@ -114,7 +116,7 @@ fn compare(a: &Value, op: CmpOp, b: &Value) -> bool {
 
 /// Evaluates a navigation expression, adding every session it traverses (the root's and
 /// each intermediate one's, and the result if it is a session) to `traversed`.
-pub fn eval_nav(nav: &Nav, env: &mut dyn Env, vars: &Vars, traversed: &mut BTreeSet<SessionId>) -> Result<Value, Need> {
+pub fn eval_nav(nav: &Nav, env: &mut dyn Env, vars: &Vars, traversed: &mut SortedSet<SessionId>) -> Result<Value, Need> {
     let mut value = match &nav.root {
         NavRoot::Var(v) => vars.get(&v.name),
         NavRoot::MsgApps => {
@@ -139,13 +141,13 @@ pub fn eval_nav(nav: &Nav, env: &mut dyn Env, vars: &Vars, traversed: &mut BTree
     Ok(value)
 }
 
-fn step_from(value: Value, name: &str, env: &mut dyn Env, traversed: &mut BTreeSet<SessionId>) -> Result<Value, Need> {
+fn step_from(value: Value, name: &str, env: &mut dyn Env, traversed: &mut SortedSet<SessionId>) -> Result<Value, Need> {
     match value {
         Value::Session(id) => {
             traversed.insert(id);
             env.session_attr(id, name)
         }
-        Value::NewSession if name == "state" => Ok(Value::Str(env.initial_state().to_string())),
+        Value::NewSession if name == "state" => Ok(Value::Str(SmolStr::new(env.initial_state()))),
         _ => Ok(Value::Null),
     }
 }

@@ -51,14 +51,14 @@ impl Event {
 
     /// `msg.method`: the request method, `OK` / `PROVISIONAL` / `ERROR` for responses,
     /// `TIMER`, or `CANCEL` for a cancelled INVITE.
-    pub fn method(&self) -> String {
+    pub fn method(&self) -> &str {
         match &self.trigger {
-            Trigger::Request { msg, .. } => msg.method().map(|m| m.as_str().to_string()).unwrap_or_default(),
-            Trigger::Response { status, .. } if *status < 200 => "PROVISIONAL".into(),
-            Trigger::Response { status, .. } if *status < 300 => "OK".into(),
-            Trigger::Response { .. } => "ERROR".into(),
-            Trigger::Timer { .. } => "TIMER".into(),
-            Trigger::Cancelled => "CANCEL".into(),
+            Trigger::Request { msg, .. } => msg.method().map_or("", |m| m.as_str()),
+            Trigger::Response { status, .. } if *status < 200 => "PROVISIONAL",
+            Trigger::Response { status, .. } if *status < 300 => "OK",
+            Trigger::Response { .. } => "ERROR",
+            Trigger::Timer { .. } => "TIMER",
+            Trigger::Cancelled => "CANCEL",
         }
     }
 

@@ -41,12 +41,12 @@ struct Entry<W> {
 }
 
 pub struct LockTable<W> {
-    shards: Vec<Mutex<HashMap<Key, Entry<W>>>>,
+    shards: Vec<Mutex<HashMap<Key, Entry<W>, tandem_container::IdHashBuilder>>>,
 }
 
 impl<W> Default for LockTable<W> {
     fn default() -> Self {
-        LockTable { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect() }
+        LockTable { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::default())).collect() }
     }
 }
 
@@ -62,7 +62,7 @@ fn guard<T>(m: &Mutex<T>) -> shuttle::sync::MutexGuard<'_, T> {
 }
 
 impl<W> LockTable<W> {
-    fn shard(&self, key: Key) -> &Mutex<HashMap<Key, Entry<W>>> {
+    fn shard(&self, key: Key) -> &Mutex<HashMap<Key, Entry<W>, tandem_container::IdHashBuilder>> {
         &self.shards[(key as usize ^ (key >> 64) as usize) % SHARDS]
     }
 

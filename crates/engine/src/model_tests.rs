@@ -6,18 +6,18 @@
 
 use crate::locks::{Acquire, Key, LockTable, Ticket};
 use crate::plan::plan;
+use crate::sorted_set::SortedSet;
 use shuttle::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use shuttle::sync::mpsc::{channel, Receiver, Sender};
 use shuttle::sync::Arc;
-use std::collections::BTreeSet;
 
 struct Task {
     ticket: Ticket,
     executor: usize,
     /// Keys in the order evaluation discovers them.
     discovery: Vec<Key>,
-    held: BTreeSet<Key>,
-    to_acquire: BTreeSet<Key>,
+    held: SortedSet<Key>,
+    to_acquire: SortedSet<Key>,
     backoffs: usize,
 }
 
@@ -50,7 +50,7 @@ impl World {
             // "Evaluation": the next discovered key not held yet.
             match task.discovery.iter().find(|k| !task.held.contains(k)).copied() {
                 Some(need) => {
-                    let released = plan(&mut task.held, &mut task.to_acquire, &BTreeSet::from([need]));
+                    let released = plan(&mut task.held, &mut task.to_acquire, &SortedSet::from([need]));
                     if !released.is_empty() {
                         task.backoffs += 1;
                     }
@@ -112,8 +112,8 @@ fn scenario(executors: usize, keys: usize, tasks: Vec<(usize, Vec<Key>)>) {
             ticket: i as u64 + 1,
             executor,
             discovery,
-            held: BTreeSet::new(),
-            to_acquire: BTreeSet::new(),
+            held: SortedSet::new(),
+            to_acquire: SortedSet::new(),
             backoffs: 0,
         }));
     }

@@ -5,8 +5,8 @@ use crate::compiled::Compiled;
 use crate::engine::{key, ROLE};
 use crate::event::{Event, Trigger};
 use crate::locks::Key;
+use crate::sorted_set::SortedSet;
 use bytes::Bytes;
-use std::collections::BTreeSet;
 use std::time::Duration;
 use tandem_container::{AppSessionId, AttrValue, Context, Destination, Request, SessionId, SipSession, TimerId};
 use tandem_sip::Method;
@@ -63,7 +63,7 @@ pub struct Transition<'c, 'a> {
     compiled: &'c Compiled,
     event: &'c Event,
     /// The dynamic contract's sessions: the only existing ones the arm may touch.
-    allowed: &'c BTreeSet<Key>,
+    allowed: &'c SortedSet<Key>,
     created: Vec<SessionId>,
     created_sips: Option<SessionId>,
     created_apps: Vec<AppSessionId>,
@@ -71,7 +71,7 @@ pub struct Transition<'c, 'a> {
 }
 
 impl<'c, 'a> Transition<'c, 'a> {
-    pub(crate) fn new(ctx: &'c mut Context<'a>, compiled: &'c Compiled, event: &'c Event, allowed: &'c BTreeSet<Key>) -> Self {
+    pub(crate) fn new(ctx: &'c mut Context<'a>, compiled: &'c Compiled, event: &'c Event, allowed: &'c SortedSet<Key>) -> Self {
         Transition { ctx, compiled, event, allowed, created: Vec::new(), created_sips: None, created_apps: Vec::new(), actions: Vec::new() }
     }
 
