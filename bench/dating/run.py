@@ -161,9 +161,15 @@ def ratio(a, b):
 # tandems
 # ----------------------------------------------------------------------------------------------
 
+CGROUP_CPU = "/sys/fs/cgroup/cpu"
+CPU_PERIOD_US = 10000
+
+
 class Tandem:
-    def __init__(self, name, service, sets, rawdir):
+    def __init__(self, name, service, sets, rawdir, cpu_limit=0.0):
         self.name, self.service, self.sets = name, service, sets
+        # cores (0: unlimited): a CFS quota on the process's own cgroup (v1 cpu controller)
+        self.cpu_limit, self.cgroup = cpu_limit, None
         self.port, self.admin = free_port(), free_port()
         self.out = os.path.join(rawdir, name + ".log")
         self.proc = None
@@ -176,6 +182,8 @@ class Tandem:
         self.f = open(self.out, "wb")
         self.proc = subprocess.Popen(cmd, stdout=self.f, stderr=subprocess.STDOUT,
                                      env=dict(os.environ, RUST_BACKTRACE="0"))
+        if self.cpu_limit:
+            self.limit_cpu()
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -210,9 +218,42 @@ class Tandem:
             return None, None
         return msum(s, "tandem_app_sessions"), msum(s, "tandem_sip_sessions")
 
+    def limit_cpu(self):
+        """Caps the process at cpu_limit cores, so that it, not the load generator sharing the
+        machine, saturates first; both versions get the same cap."""
+        if not os.path.isdir(CGROUP_CPU):
+            raise SystemExit("--dating-cpu needs the cgroup v1 cpu controller at %s" % CGROUP_CPU)
+        self.cgroup = os.path.join(CGROUP_CPU, "tandem-bench-%s-%d" % (self.name, self.proc.pid))
+        os.makedirs(self.cgroup, exist_ok=True)
+        with open(os.path.join(self.cgroup, "cpu.cfs_period_us"), "w") as f:
+            f.write(str(CPU_PERIOD_US))
+        with open(os.path.join(self.cgroup, "cpu.cfs_quota_us"), "w") as f:
+            f.write(str(max(1000, int(self.cpu_limit * CPU_PERIOD_US))))
+        with open(os.path.join(self.cgroup, "cgroup.procs"), "w") as f:
+            f.write(str(self.proc.pid))
+
+    def throttled_s(self):
+        """Seconds the cap held the process back so far (cpu.stat throttled_time)."""
+        if not self.cgroup:
+            return None
+        try:
+            with open(os.path.join(self.cgroup, "cpu.stat")) as f:
+                for line in f:
+                    k, v = line.split()
+                    if k == "throttled_time":
+                        return int(v) / 1e9
+        except OSError:
+            return None
+        return None
+
     def stop(self):
         rc = stop(self.proc)
         self.f.close()
+        if self.cgroup:
+            try:
+                os.rmdir(self.cgroup)
+            except OSError:
+                pass
         return rc
 
 
@@ -328,7 +369,8 @@ def run_once(service, target, duration, args, label=None):
     sipps = {}
     try:
         media.start()
-        dating = Tandem("dating", service, ["dating.media=127.0.0.1:%d" % media.port], rawdir)
+        dating = Tandem("dating", service, ["dating.media=127.0.0.1:%d" % media.port], rawdir,
+                        cpu_limit=args.dating_cpu)
         missing = dating.start()
         if missing:
             res["missing"] = missing
@@ -417,6 +459,8 @@ def run_once(service, target, duration, args, label=None):
             if proc.poll() is None:
                 proc.kill()
         if dating and dating.proc:
+            res["dating_cpu_limit"] = dating.cpu_limit
+            res["dating_throttled_s"] = dating.throttled_s()
             res["dating_exit"] = dating.stop()
         if media.proc:
             res["media_exit"] = media.stop()
@@ -522,6 +566,12 @@ def analyse(res, plan, samples, before, after, rawdir, t_start, t_stop, t_sipp_d
     created = sum(v["created"] or 0 for v in prof.values())
     failed = sum(v["failed"] or 0 for v in prof.values())
     out["calls_created"], out["calls_failed"] = created, failed
+    # SIPp takes a message in between executing two elements of a call; a message arriving
+    # while the next element is a send (e.g. the dating service's re-INVITE in the instant the
+    # Early Bye caller's BYE is due) can match no element ("while sending"), and no scenario
+    # element can stand there to take it. The call fails in SIPp though both sides behaved.
+    # Counted apart, and listed by cause; every other failure breaks the invariant.
+    out["calls_failed_sipp_race"] = sum(n for k, n in causes.items() if ": while sending" in k)
 
     # counters over the run
     def delta(name, **want):
@@ -579,8 +629,10 @@ def analyse(res, plan, samples, before, after, rawdir, t_start, t_stop, t_sipp_d
         inv["pairing_ok"] = None
     # the odd caller(s) left waiting when the load stops hang up after 20 s: allow 2
     inv["unpaired_ok"] = unpaired <= 2
-    inv["all_calls_completed"] = failed == 0 and created > 0 and all(
-        v["exit"] == 0 for v in prof.values())
+    races = out.get("calls_failed_sipp_race", 0)
+    inv["sipp_races"] = races
+    inv["all_calls_completed"] = failed - races == 0 and created > 0 and all(
+        v["exit"] == 0 or v["failed"] for v in prof.values())
     inv["no_ambiguous"] = not out["ambiguous"]
     inv["ok"] = bool(inv["drained"] and inv["pairing_ok"] is not False and inv["all_calls_completed"]
                      and inv["no_ambiguous"] and inv["unpaired_ok"])
@@ -784,6 +836,7 @@ def report(args, mach, cap, cap_src, levels, loads, runs, manual_missing):
         "invariants_ok": all(r["invariants"]["ok"] for r in runs.values() if not r.get("missing")),
         "setup_delay_resolution_ms": 1,
         "media_answer_delay": args.answer_delay,
+        "dating_cpu_limit": args.dating_cpu,
         "runs": {"%s/%s" % k: compact(v) for k, v in runs.items()},
     }
     if manual_missing:
@@ -827,6 +880,20 @@ def write_md(out, runs, loads, plots):
              "(SIPp concurrent calls, `-l`).\n" % (out["capacity_executions"],
                                                    out["capacity_source"], loads["expected"],
                                                    loads["overload"]))
+    if out.get("dating_cpu_limit"):
+        thr = ["%s/%s %.0f s" % (k[0], k[1], r["dating_throttled_s"]) for k, r in runs.items()
+               if r.get("dating_throttled_s") is not None]
+        L.append("**CPU cap**: the dating tandem ran capped at %.2f core (cgroup CFS quota, %d µs "
+                 "period), the same for both versions, so that it saturates before SIPp (which "
+                 "shares the machine) does: capacity and overload are then the server's. Time "
+                 "held back by the cap: %s.\n" % (out["dating_cpu_limit"], CPU_PERIOD_US,
+                                                   ", ".join(thr) or "n/a"))
+    races = sum(r.get("calls_failed_sipp_race") or 0 for r in runs.values() if not r.get("missing"))
+    if races:
+        L.append("**SIPp races**: %d failed call(s) were a message SIPp took in just before a "
+                 "send of the scenario (\"while sending\": no scenario element can receive "
+                 "there, e.g. a pairing re-INVITE in the instant an Early Bye caller hangs up); "
+                 "they are listed below and do not fail the invariants.\n" % races)
     busy = sorted({l.split(": ", 1)[-1][:90] for r in runs.values() for l in (r.get("other_load") or [])})
     if busy:
         L.append("**Warning: the machine was shared**: other SIPp/tandem processes were running "
@@ -1020,6 +1087,10 @@ def main():
                          "warm-up calls before it are always excluded)")
     ap.add_argument("--drain", type=float, default=40.0, help="s allowed for sessions to drain")
     ap.add_argument("--answer-delay", default="5ms", help="media.answer_delay (5ms)")
+    ap.add_argument("--dating-cpu", type=float, default=0.0,
+                    help="cap the dating tandem at this many cores (cgroup CFS quota; 0: no cap). "
+                         "On a machine where SIPp saturates first, a cap makes the server the "
+                         "bottleneck; both versions get the same cap")
     args = ap.parse_args()
     # SIGTERM / SIGINT: unwind so that the finally blocks stop our SIPps and tandems
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
