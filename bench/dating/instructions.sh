@@ -1,0 +1,51 @@
+#!/bin/bash
+# Instructions per SIP message of the dating tandem, counted by callgrind: repeatable on a
+# shared, noisy machine where CPU time is not (see bench/dating/README.md, "CPU cost").
+#
+#   bench/dating/instructions.sh [SERVICE...]     (default: dating dating_manual)
+#
+# Each service runs under valgrind --tool=callgrind (2 executors) behind a media tandem, and
+# SIPp plays Complete, Early Bye and Complete calls at 20 calls/s, N calls each, for N = 100 and
+# N = 300; the slope between the two runs (instructions / messages) removes start-up costs.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BIN=${BIN:-target/release/tandem}
+SCEN=bench/dating/scenarios
+command -v valgrind >/dev/null || { echo "valgrind missing (apt-get install valgrind)"; exit 2; }
+command -v sipp >/dev/null || { echo "sipp missing (apt-get install sip-tester)"; exit 2; }
+[ -x "$BIN" ] || { echo "$BIN missing (cargo build --release -p tandem)"; exit 2; }
+port() { python3 -c 'import socket;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+work=$(mktemp -d /tmp/tandem-instructions.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+# prints "messages instructions"
+measure() {
+    local svc=$1 calls=$2 mp ma dp da sp media dating
+    mp=$(port); ma=$(port); dp=$(port); da=$(port); sp=$(port)
+    "$BIN" run --listen udp:127.0.0.1:$mp --admin 127.0.0.1:$ma --service media \
+        --set media.preference_delay=300ms --set media.answer_delay=0s >"$work/media.log" 2>&1 &
+    media=$!
+    valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" "$BIN" run --listen udp:127.0.0.1:$dp \
+        --admin 127.0.0.1:$da --service "$svc" --set dating.media=127.0.0.1:$mp \
+        --set container.executors=2 >"$work/dating.log" 2>&1 &
+    dating=$!
+    for _ in $(seq 120); do curl -sf 127.0.0.1:$da/metrics >/dev/null && break; sleep 0.5; done
+    for s in complete early_bye complete; do
+        (cd "$work" && sipp -sf "$OLDPWD/$SCEN/$s.xml" 127.0.0.1:$dp -i 127.0.0.1 -p $sp -r 20 -m "$calls" \
+            -nostdin -timeout 120 >/dev/null 2>&1) || true
+    done
+    sleep 2
+    local msgs
+    msgs=$(curl -s 127.0.0.1:$da/metrics | awk '/^tandem_messages_in_total/ {s+=$2} END {print s}')
+    kill -INT $dating; wait $dating 2>/dev/null || true
+    kill $media; wait $media 2>/dev/null || true
+    echo "$msgs $(callgrind_annotate "$work/cg.out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",","",$1); print $1}')"
+}
+
+services=("$@")
+[ ${#services[@]} -gt 0 ] || services=(dating dating_manual)
+for svc in "${services[@]}"; do
+    read -r m1 i1 < <(measure "$svc" 100)
+    read -r m2 i2 < <(measure "$svc" 300)
+    echo "$svc: $(( (i2 - i1) / (m2 - m1) )) instructions per message ($m1 -> $m2 messages, $i1 -> $i2 instructions)"
+done
