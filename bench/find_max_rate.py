@@ -4,6 +4,7 @@
 Scenarios
   proxy200  SIPstone Proxy 200: sipp uac -> tandem --service proxy -> sipp uas
   uas       MLT service: sipp uac -> tandem --service uas (the caller hangs up)
+  b2bua_nt  B2BUA NT: sipp uac -> tandem --service b2bua_nt -> sipp uas (two dialogs per call)
 
 Both use bench/scenarios/uac_rtd.xml: a basic call whose response time 1 is
 the session setup delay, INVITE sent -> 200 OK received, logged per call with
@@ -315,7 +316,7 @@ class Rig:
 
     def start(self):
         a = self.args
-        if self.scenario == "proxy200":
+        if self.scenario in ("proxy200", "b2bua_nt"):
             p2 = free_port()
             self.uas_out = open(os.path.join(self.dir, "uas.stdout.log"), "wb")
             self.uas = subprocess.Popen(
@@ -328,7 +329,8 @@ class Rig:
             if not wait_bound(a.transport, p2):
                 raise RuntimeError("sipp uas did not bind port %d" % p2)
             hop = ("127.0.0.1:%d" if a.transport == "udp" else "tcp:127.0.0.1:%d") % p2
-            svc = ["--service", "proxy", "--set", "proxy.next_hop=" + hop]
+            svc = (["--service", "proxy", "--set", "proxy.next_hop=" + hop] if self.scenario == "proxy200"
+                   else ["--service", "b2bua_nt", "--set", "b2bua.next_hop=" + hop])
         else:
             svc = ["--service", "uas"]
         self.binary = binary_id(a.binary)
@@ -538,7 +540,7 @@ def markdown(report):
              "| kernel | %s (%s) |" % (m.get("kernel"), m.get("arch")),
              "| OS | %s |" % m.get("os", "?"),
              "| load generator | %s |" % m.get("sipp", "sipp"), "",
-             "tandem, the sipp uac and (for proxy200) the sipp uas all share these cores over loopback.",
+             "tandem, the sipp uac and (for proxy200 and b2bua_nt) the sipp uas all share these cores over loopback.",
              "",
              "## Method", "",
              "Step load with SIPp (`bench/find_max_rate.py`), %s transport: start %d calls/s, +%d per "
@@ -598,7 +600,7 @@ def markdown(report):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", default=os.path.join(REPO, "target", "release", "tandem"))
-    ap.add_argument("--scenario", choices=["proxy200", "uas", "all"], default="all")
+    ap.add_argument("--scenario", choices=["proxy200", "uas", "b2bua_nt", "all"], default="all")
     ap.add_argument("--transport", choices=["udp", "tcp"], default="udp")
     ap.add_argument("--start", type=int, default=500, help="first offered rate, calls/s")
     ap.add_argument("--step", type=int, default=500, help="rate increment per step, calls/s")
@@ -647,7 +649,7 @@ def main(argv=None):
     print("machine: %s, %s cores, %s GiB, kernel %s" % (m.get("cpu_model"), m.get("nproc"),
                                                         m.get("mem_total_gib"), m.get("kernel")))
     print(HEAD)
-    scenarios = ["proxy200", "uas"] if args.scenario == "all" else [args.scenario]
+    scenarios = ["proxy200", "uas", "b2bua_nt"] if args.scenario == "all" else [args.scenario]
     for sc in scenarios:
         try:
             res = run_scenario(args, sc, raw_dir)

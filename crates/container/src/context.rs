@@ -216,6 +216,18 @@ impl<'a> Context<'a> {
         let listener = self.st.locals.for_transport(target.transport).cloned().ok_or(ContainerError::NoListener)?;
         let call_id = self.local_call_id();
         let local_tag = self.st.ids.tag();
+        // A target other than the one `to_uri` names is an outbound proxy: a preloaded loose
+        // route (RFC 3261 §8.1.2), replaced by the 2xx's Record-Route set.
+        let named = tandem_sip::Uri::parse(to_uri).as_ref().and_then(Destination::from_uri);
+        let route_set = if named == Some(target) {
+            Vec::new()
+        } else {
+            let host = match target.addr {
+                std::net::SocketAddr::V6(a) => format!("[{}]:{}", a.ip(), a.port()),
+                a => a.to_string(),
+            };
+            vec![format!("<sip:{host};transport={};lr>", target.transport.as_str().to_ascii_lowercase()).into()]
+        };
         let dialog = Dialog {
             call_id: call_id.into(),
             local_party: format!("<{from_uri}>;tag={local_tag}").into(),
@@ -223,8 +235,9 @@ impl<'a> Context<'a> {
             remote_tag: "".into(),
             remote_party: format!("<{to_uri}>").into(),
             remote_target: to_uri.into(),
-            route_set: Vec::new(),
+            route_set,
             local_seq: 0,
+            max_forwards: 70,
             remote_seq: 0,
             flow: Flow { transport: target.transport, listener: listener.index, connection: 0, remote: target.addr },
         };
@@ -415,6 +428,7 @@ fn uas_dialog(msg: &Message, local_tag: &str, flow: Flow) -> Dialog {
         remote_target: remote_target.into(),
         route_set: msg.record_route_values().map(|(_, v)| v.into()).collect(),
         local_seq: 0,
+        max_forwards: 70,
         remote_seq: msg.cseq().map_or(0, |c| c.seq),
         flow,
     }
@@ -456,6 +470,7 @@ impl CoreState {
             route_set: routes,
             local_seq: msg.cseq().map_or(0, |c| c.seq),
             remote_seq: 0,
+            max_forwards: 70,
             flow: Flow { transport: Transport::Udp, listener: 0, connection: 0, remote: std::net::SocketAddr::from(([0, 0, 0, 0], 0)) },
         };
         self.ack_2xx(&dialog, dialog.local_seq);
@@ -501,7 +516,7 @@ fn dialog_request(
     let branch = st.ids.branch();
     let mut w = MessageWriter::with_capacity(768).request_line(method, &d.remote_target);
     w.header_parts("Via", &["SIP/2.0/", dest.transport.as_str(), " ", &listener.host_port, ";branch=", &branch]);
-    w.header_u32("Max-Forwards", 70);
+    w.header_u32("Max-Forwards", u32::from(d.max_forwards));
     for route in &d.route_set {
         w.header("Route", route);
     }

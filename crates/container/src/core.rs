@@ -383,7 +383,7 @@ impl Core {
             self.st.reply_with(now, tx, msg, 420, &[("Unsupported", &list)], None);
             return false;
         }
-        if msg.body_len() > 0 {
+        if msg.body_len() > 0 && !profile.accepted_bodies.is_empty() {
             let ct = msg.header(HeaderName::ContentType).unwrap_or("");
             let base = ct.split(';').next().unwrap_or("").trim();
             if !profile.accepted_bodies.iter().any(|a| a.eq_ignore_ascii_case(base)) {

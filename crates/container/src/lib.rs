@@ -40,6 +40,8 @@ pub use runtime::{Container, StartError};
 pub use service::{Request, RequestKind, ResponseEvent, Service, ServiceId, UaProfile};
 pub use session::{AppSession, Dialog, LegRole, SessionState, SipSession};
 pub use store::{AppSessionCell, SessionCell, SessionStore};
+/// The server transaction a request arrived on (see [`Request::new`]).
+pub use tandem_transaction::ServerTxId;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ContainerError {

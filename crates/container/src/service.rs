@@ -83,7 +83,8 @@ impl ResponseEvent<'_> {
 #[derive(Debug, Clone, Copy)]
 pub struct UaProfile {
     pub allowed_methods: &'static [&'static str],
-    /// Body types the service understands in requests.
+    /// Body types the service understands in requests; empty: any (a B2BUA passes bodies
+    /// through without reading them).
     pub accepted_bodies: &'static [&'static str],
     /// Option tags it supports (for `Require`).
     pub supported_extensions: &'static [&'static str],

@@ -42,6 +42,9 @@ pub struct Dialog {
     pub route_set: Vec<Box<str>>,
     pub local_seq: u32,
     pub remote_seq: u32,
+    /// Max-Forwards of the requests we send (70; a B2BUA's leg B carries leg A's minus one,
+    /// so that a loop through B2BUAs still ends).
+    pub max_forwards: u8,
     /// The flow the dialog was set up on (reused for connection transports).
     pub flow: Flow,
 }
@@ -71,6 +74,21 @@ pub struct SipSession {
 impl SipSession {
     pub fn is_terminated(&self) -> bool {
         self.state == SessionState::Terminated
+    }
+
+    /// UAS: a final response has been sent to the initial INVITE.
+    pub fn is_answered(&self) -> bool {
+        self.answered
+    }
+
+    /// UAS: the initial INVITE is still waiting for a final response.
+    pub fn awaits_answer(&self) -> bool {
+        !self.answered && self.invite_tx.is_some()
+    }
+
+    /// UAC: the initial INVITE has been sent and has no final response yet (it can be cancelled).
+    pub fn invite_pending(&self) -> bool {
+        self.pending_request.is_some()
     }
 }
 

@@ -2,6 +2,7 @@
 //! container does the SIP plumbing.
 #![forbid(unsafe_code)]
 
+pub mod b2bua;
 pub mod dating;
 pub mod dating_manual;
 pub mod media;
@@ -9,6 +10,7 @@ pub mod pairing;
 pub mod proxy;
 pub mod uas;
 
+pub use b2bua::{B2bua, B2buaConfig, InvalidB2buaNextHop};
 pub use dating::{dating_service, DatingConfig, DATING_CONTRACT};
 pub use dating_manual::{dating_manual_service, DatingManual};
 pub use media::{Media, MediaConfig, MediaConfigError};

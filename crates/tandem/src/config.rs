@@ -4,7 +4,7 @@ use anyhow::{bail, Context as _, Result};
 use serde::Deserialize;
 use std::time::Duration;
 use tandem_container::{ContainerConfig, RouteRule};
-use tandem_services::{DatingConfig, MediaConfig, ProxyConfig, UasConfig};
+use tandem_services::{B2buaConfig, DatingConfig, MediaConfig, ProxyConfig, UasConfig};
 use tandem_transport::{ListenSpec, TransportConfig};
 
 pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
@@ -21,6 +21,8 @@ pub struct Config {
     pub uas: UasConfig,
     #[serde(default)]
     pub proxy: ProxyConfig,
+    #[serde(default)]
+    pub b2bua: B2buaConfig,
     #[serde(default)]
     pub dating: DatingConfig,
     #[serde(default)]

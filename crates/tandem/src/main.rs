@@ -47,7 +47,7 @@ struct RunArgs {
     /// Admin endpoint address (metrics, health); replaces server.admin.
     #[arg(long, value_name = "IP:PORT")]
     admin: Option<String>,
-    /// Route every initial request to this service (uas, proxy).
+    /// Route every initial request to this service (uas, proxy, b2bua_nt, dating, ...).
     #[arg(long)]
     service: Option<String>,
     /// Override a configuration key, e.g. uas.hold=2s or proxy.next_hop=127.0.0.1:5070.
@@ -124,6 +124,7 @@ async fn run(args: RunArgs) -> Result<()> {
         ("dating".to_string(), tandem_services::dating_service(&config.dating, config.negotiator_for("dating"))?),
         ("dating_manual".to_string(), tandem_services::dating_manual_service(&config.dating)?),
         ("media".to_string(), Arc::new(tandem_services::Media::new(&config.media)?)),
+        ("b2bua_nt".to_string(), Arc::new(tandem_services::B2bua::new(&config.b2bua)?)),
     ];
     let settings = ContainerSettings { container: config.container.clone(), routes };
     let listen = config.listen_specs()?;
