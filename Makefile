@@ -4,6 +4,9 @@
 CARGO   ?= cargo
 PYTHON  ?= python3
 BINARY  ?= target/release/tandem
+# Unit tests of the database adaptor also run against PostgreSQL when a server answers here.
+TANDEM_TEST_POSTGRES_URL ?= $(shell $(PYTHON) -c "import socket; socket.create_connection(('127.0.0.1', 5432), 1); print('postgres://postgres@127.0.0.1:5432/test')" 2>/dev/null)
+export TANDEM_TEST_POSTGRES_URL
 
 .PHONY: all build run test unit-test system-test deps lint bench bench-quick fuzz clean
 

@@ -7,6 +7,7 @@
 #   ip        iproute2
 #   python3   python3
 #   dot       graphviz (contract diagrams as SVG)
+#   psql      postgresql-client (B2BUA 1T against PostgreSQL, when a server runs)
 #
 # Idempotent: does nothing when every command is already on PATH.
 # Needs root (or passwordless apt-get as root) only when something is missing.
@@ -18,11 +19,12 @@ declare -A PKG_FOR=(
   [ip]=iproute2
   [python3]=python3
   [dot]=graphviz
+  [psql]=postgresql-client
 )
 
 missing_cmds=()
 missing_pkgs=()
-for cmd in sipp sipsak ip python3 dot; do
+for cmd in sipp sipsak ip python3 dot psql; do
   if ! command -v "$cmd" >/dev/null 2>&1; then
     missing_cmds+=("$cmd")
     missing_pkgs+=("${PKG_FOR[$cmd]}")
@@ -30,7 +32,7 @@ for cmd in sipp sipsak ip python3 dot; do
 done
 
 if [ "${#missing_pkgs[@]}" -eq 0 ]; then
-  echo "install-test-deps: all present (sipp, sipsak, ip, python3, dot)"
+  echo "install-test-deps: all present (sipp, sipsak, ip, python3, dot, psql)"
   exit 0
 fi
 

@@ -35,6 +35,16 @@ impl<'a> Context<'a> {
         self.st.executor
     }
 
+    /// Wall-clock time of the event being handled (for records such as billing), derived
+    /// from [`Self::now`], never read from the system by the handler.
+    pub fn wall_time(&self) -> std::time::SystemTime {
+        let (instant, wall) = self.st.wall_anchor;
+        match self.now.checked_duration_since(instant) {
+            Some(after) => wall + after,
+            None => wall - instant.duration_since(self.now),
+        }
+    }
+
     pub fn random_u64(&mut self) -> u64 {
         self.st.ids.u64()
     }
@@ -202,6 +212,13 @@ impl<'a> Context<'a> {
     /// to resume work parked while waiting for another executor.
     pub fn post(&mut self, executor: u16, work: Post) {
         self.st.posts.push((executor, self.service, work));
+    }
+
+    /// A way back to this executor and service for work done outside the event loop (an
+    /// asynchronous database query): hand it to the task, which calls
+    /// [`crate::Completion::complete`] with the continuation.
+    pub fn completion(&self) -> crate::Completion {
+        crate::Completion { executor: self.st.executor, service: self.service, reentry: self.st.reentry.clone() }
     }
 
     /// Creates a UAC leg: a SIP session for a dialog this service starts (B2BUA legs, a

@@ -76,6 +76,11 @@ pub(crate) struct CoreState {
     pub expiry: BinaryHeap<Reverse<(Instant, AppSessionId)>>,
     /// Work for executors (this one included), delivered by the driver after each event.
     pub posts: Vec<(u16, ServiceId, crate::Post)>,
+    /// How work started outside the event loop comes back ([`crate::Completion`]).
+    pub reentry: Arc<dyn crate::Reentry>,
+    /// The wall clock at one instant of the executor's clock: wall time is derived from the
+    /// event's time, so that a replayed event sees the same wall time.
+    pub wall_anchor: (Instant, std::time::SystemTime),
 }
 
 pub struct Core {
@@ -123,6 +128,8 @@ impl Core {
                 timers: TimerQueue::default(),
                 expiry: BinaryHeap::new(),
                 posts: Vec::new(),
+                reentry: Arc::new(crate::Detached),
+                wall_anchor: (Instant::now(), std::time::SystemTime::now()),
             },
         }
     }
@@ -146,6 +153,11 @@ impl Core {
 
     pub fn executor(&self) -> u16 {
         self.st.executor
+    }
+
+    /// Attaches the way completions ([`crate::Completion`]) come back to executors.
+    pub fn set_reentry(&mut self, reentry: Arc<dyn crate::Reentry>) {
+        self.st.reentry = reentry;
     }
 
     pub fn next_deadline(&mut self) -> Option<Instant> {

@@ -62,6 +62,46 @@ pub enum ContainerError {
 /// Work posted to an executor with `Context::post`; runs there with that executor's context.
 pub type Post = Box<dyn FnOnce(&mut Context<'_>) + Send>;
 
+/// Brings work back into an executor from outside the container's event loop (a resource
+/// adaptor's task finishing a database query). The runtime delivers it as an event of its
+/// own, after the one being handled; a simulation or a replica can log and replay it.
+pub trait Reentry: Send + Sync + 'static {
+    fn post(&self, executor: u16, service: ServiceId, work: Post);
+}
+
+/// A one-shot way back to the executor and service that made it ([`Context::completion`]).
+pub struct Completion {
+    pub(crate) executor: u16,
+    pub(crate) service: ServiceId,
+    pub(crate) reentry: std::sync::Arc<dyn Reentry>,
+}
+
+impl Completion {
+    /// Runs `work` on the executor this completion came from, with the service's context.
+    pub fn complete(self, work: Post) {
+        self.reentry.post(self.executor, self.service, work);
+    }
+
+    pub fn executor(&self) -> u16 {
+        self.executor
+    }
+}
+
+impl std::fmt::Debug for Completion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Completion").field("executor", &self.executor).field("service", &self.service).finish()
+    }
+}
+
+/// Where completions go when no runtime is attached (a bare sans-IO core): nowhere, loudly.
+pub(crate) struct Detached;
+
+impl Reentry for Detached {
+    fn post(&self, executor: u16, _service: ServiceId, _work: Post) {
+        tracing::warn!(executor, "a completion arrived for a core with no runtime attached; dropped");
+    }
+}
+
 /// The executor that owns a call: FNV-1a of the Call-ID, stable across runs and builds (a
 /// replica must place a call on the same executor).
 pub fn executor_for(call_id: &str, executors: u16) -> u16 {

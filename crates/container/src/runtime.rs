@@ -126,7 +126,7 @@ impl Container {
         for ((index, rx), posts_rx) in receivers.into_iter().enumerate().zip(post_receivers) {
             let mut rng = ChaCha20Rng::seed_from_u64(root_seed);
             rng.set_stream(index as u64);
-            let core = Core::new(CoreParts {
+            let mut core = Core::new(CoreParts {
                 executor: index as u16,
                 executors: executors as u16,
                 config: config.clone(),
@@ -137,6 +137,7 @@ impl Container {
                 services: services.clone(),
                 ids: IdSource::new(rng),
             });
+            core.set_reentry(Arc::new(PostReentry(post_senders.clone())));
             let links = Links { transports: transports.clone(), posts: post_senders.clone() };
             tasks.push(tokio::spawn(run_executor(core, rx, posts_rx, links)));
         }
@@ -191,6 +192,18 @@ const BATCH: usize = 64;
 const PUBLISH: Duration = Duration::from_millis(250);
 
 type PostMsg = (crate::ServiceId, crate::Post);
+
+/// Completions enter an executor through the same unbounded queue as posts: they are
+/// bounded by the work services started (a database pool's size, for instance).
+struct PostReentry(Arc<Vec<mpsc::UnboundedSender<PostMsg>>>);
+
+impl crate::Reentry for PostReentry {
+    fn post(&self, executor: u16, service: crate::ServiceId, work: crate::Post) {
+        if let Some(tx) = self.0.get(executor as usize) {
+            let _ = tx.send((service, work));
+        }
+    }
+}
 
 struct Links {
     transports: Transports,

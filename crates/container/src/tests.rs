@@ -527,3 +527,52 @@ fn same_seed_same_inputs_same_outputs() {
     assert!(!a.is_empty());
     assert_eq!(a, b);
 }
+
+// ---------------------------------------------------------------- completions
+
+/// Collects completions as a runtime's queue would, for the test to deliver.
+#[derive(Default)]
+struct QueuedReentry(Mutex<Vec<(u16, crate::ServiceId, crate::Post)>>);
+
+impl crate::Reentry for QueuedReentry {
+    fn post(&self, executor: u16, service: crate::ServiceId, work: crate::Post) {
+        self.0.lock().push((executor, service, work));
+    }
+}
+
+/// Answers an INVITE only once "a database" (another thread) has replied.
+struct Deferred;
+
+impl Service for Deferred {
+    fn on_request(&self, ctx: &mut Context<'_>, req: &Request<'_>) {
+        if req.method() != &Method::Invite {
+            return;
+        }
+        let Ok(session) = ctx.accept(req, None) else { return };
+        let completion = ctx.completion();
+        std::thread::spawn(move || {
+            let status = 486; // the "query result", computed off the executor
+            completion.complete(Box::new(move |ctx: &mut Context<'_>| {
+                ctx.with_session(session, |ctx, s| ctx.answer_session(s, status, None));
+            }));
+        })
+        .join()
+        .expect("the worker thread runs");
+    }
+}
+
+#[test]
+fn a_completion_runs_on_its_executor_as_a_later_event() {
+    let mut h = harness(vec![("deferred", Arc::new(Deferred))], vec![RouteRule::catch_all("deferred")], fast_config());
+    let queue = Arc::new(QueuedReentry::default());
+    h.core.set_reentry(queue.clone());
+    h.recv(&invite("c-deferred", "z9hG4bKdef"), CALLER);
+    assert!(!summary(&h.sent()).iter().any(|l| l.starts_with("486")), "nothing answered before the completion ran");
+    let posted: Vec<_> = std::mem::take(&mut *queue.0.lock());
+    assert_eq!(posted.len(), 1);
+    for (executor, service, work) in posted {
+        assert_eq!(executor, 0);
+        h.core.run_post(h.now, service, work);
+    }
+    assert!(summary(&h.sent()).contains(&format!("486 INVITE -> {CALLER}")));
+}

@@ -6,24 +6,52 @@
 //! side's answer relayed back; CANCEL of A cancels B; a BYE from either side is answered and
 //! ends the other leg with BYE.
 //!
+//! `b2bua_1t` adds, as in the benchmarks' "1T" service: a policy lookup in the database keyed
+//! by the Request-URI user before leg B is created (no policy: 403), a call timer (the
+//! smaller of `b2bua.call_timer` and the policy's maximum duration) that ends an answered
+//! call with BYE on both legs, and a billing record written in a database transaction when
+//! an answered call ends. `b2bua_2t` adds a periodic timer (`b2bua.check_period`) that runs
+//! one query per live call: it reads the callee's policy again and ends the call if the
+//! policy is gone.
+//!
+//! Queries never run on a SIP executor: they are spawned on the tokio runtime and their
+//! results come back to the call's executor as an event of their own (a `Completion`).
+//!
 //! Both legs live on the executor that received the INVITE (leg B's Call-ID is chosen to hash
 //! there), so relaying needs no locks beyond the container's per-session ones.
 
 use bytes::Bytes;
 use dashmap::DashMap;
 use serde::Deserialize;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant, UNIX_EPOCH};
 use tandem_container::{
     AppSessionId, AttrValue, Context, Destination, IdHashBuilder, LegRole, Request, RequestKind, ResponseEvent, ServerTxId, Service,
-    SessionId, SessionState, SipSession, UaProfile,
+    SessionId, SessionState, SipSession, TimerId, UaProfile,
 };
+use tandem_db::{BillingRecord, Database, DbError, Policy};
 use tandem_sip::{Flow, HeaderName, Message, Method, NameAddr};
 
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct B2buaConfig {
     /// Where leg B goes: `IP:PORT` (UDP), `udp:IP:PORT` or `tcp:IP:PORT`; absent: the
     /// Request-URI's host and port.
     pub next_hop: Option<String>,
+    /// 1T/2T: the longest an answered call lasts (the policy may allow less).
+    #[serde(with = "humantime_serde")]
+    pub call_timer: Duration,
+    /// 2T: how often each live call's policy is queried again.
+    #[serde(with = "humantime_serde")]
+    pub check_period: Duration,
+}
+
+impl Default for B2buaConfig {
+    fn default() -> Self {
+        B2buaConfig { next_hop: None, call_timer: Duration::from_secs(180), check_period: Duration::from_secs(10) }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +70,9 @@ static PROFILE: UaProfile = UaProfile {
 
 /// The other leg of a session.
 const PEER: &str = "b2bua.peer";
+/// Timer names (1T, 2T).
+const CALL_LIMIT: &str = "b2bua.call-limit";
+const POLICY_CHECK: &str = "b2bua.policy-check";
 
 /// A request received on one leg and sent on the other, waiting for that leg's answer.
 struct Relayed {
@@ -53,20 +84,97 @@ struct Relayed {
 }
 
 pub struct B2bua {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
     next_hop: Option<Destination>,
     /// Keyed by the leg the request was relayed on.
     relayed: DashMap<SessionId, Relayed, IdHashBuilder>,
+    /// 1T and 2T: the database side.
+    tier: Option<Tier>,
+}
+
+/// The database-backed part of `b2bua_1t` / `b2bua_2t`.
+struct Tier {
+    name: &'static str,
+    db: Database,
+    runtime: tokio::runtime::Handle,
+    call_timer: Duration,
+    /// 2T only.
+    check_period: Option<Duration>,
+    calls: DashMap<AppSessionId, Call, IdHashBuilder>,
+    stats: Arc<TierStats>,
+}
+
+#[derive(Default)]
+struct TierStats {
+    lookups: AtomicU64,
+    rejected: AtomicU64,
+    db_errors: AtomicU64,
+    billed: AtomicU64,
+    billing_failures: AtomicU64,
+    checks: AtomicU64,
+    timer_ends: AtomicU64,
+    policy_ends: AtomicU64,
+}
+
+/// A call admitted by its policy.
+struct Call {
+    a: SessionId,
+    b: Option<SessionId>,
+    call_id: String,
+    caller: String,
+    callee: String,
+    limit: Duration,
+    /// When both legs were answered: the event time and the wall time in ms.
+    answered: Option<(Instant, i64)>,
+}
+
+/// What leg B needs from the caller's INVITE, kept while the policy is looked up.
+struct Invite {
+    from_uri: String,
+    to_uri: String,
+    body: Option<(String, Bytes)>,
+    max_forwards: u32,
+    target: Destination,
 }
 
 impl B2bua {
+    /// `b2bua_nt`: no timers, no database.
     pub fn new(config: &B2buaConfig) -> Result<B2bua, InvalidB2buaNextHop> {
-        let next_hop = match &config.next_hop {
-            Some(s) => Some(Destination::parse(s).ok_or_else(|| InvalidB2buaNextHop(s.clone()))?),
-            None => None,
-        };
-        Ok(B2bua { next_hop, relayed: DashMap::default() })
+        Ok(B2bua { shared: Arc::new(Shared { next_hop: next_hop(config)?, relayed: DashMap::default(), tier: None }) })
     }
 
+    /// `b2bua_1t` (`periodic_checks` false) or `b2bua_2t` (true) on `db`; queries run on
+    /// `runtime`.
+    pub fn with_database(
+        config: &B2buaConfig,
+        db: Database,
+        runtime: tokio::runtime::Handle,
+        periodic_checks: bool,
+    ) -> Result<B2bua, InvalidB2buaNextHop> {
+        let tier = Tier {
+            name: if periodic_checks { "b2bua_2t" } else { "b2bua_1t" },
+            db,
+            runtime,
+            call_timer: config.call_timer,
+            check_period: periodic_checks.then_some(config.check_period.max(Duration::from_millis(10))),
+            calls: DashMap::default(),
+            stats: Arc::default(),
+        };
+        Ok(B2bua { shared: Arc::new(Shared { next_hop: next_hop(config)?, relayed: DashMap::default(), tier: Some(tier) }) })
+    }
+}
+
+fn next_hop(config: &B2buaConfig) -> Result<Option<Destination>, InvalidB2buaNextHop> {
+    match &config.next_hop {
+        Some(s) => Ok(Some(Destination::parse(s).ok_or_else(|| InvalidB2buaNextHop(s.clone()))?)),
+        None => Ok(None),
+    }
+}
+
+impl Shared {
     fn peer(ctx: &mut Context<'_>, session: SessionId) -> Option<SessionId> {
         ctx.with_session(session, |_, s| match s.attributes.get(PEER) {
             Some(AttrValue::Session(p)) => Some(*p),
@@ -75,7 +183,7 @@ impl B2bua {
         .flatten()
     }
 
-    fn new_call(&self, ctx: &mut Context<'_>, req: &Request<'_>) {
+    fn new_call(self: &Arc<Self>, ctx: &mut Context<'_>, req: &Request<'_>) {
         let msg = req.msg;
         let target = match self.next_hop.or_else(|| msg.request_uri().as_ref().and_then(Destination::from_uri)) {
             Some(t) => t,
@@ -95,32 +203,182 @@ impl B2bua {
             }
         };
         let Some(app) = ctx.with_session(a, |_, s| s.app) else { return };
-        let from_uri = msg.header(HeaderName::From).and_then(NameAddr::parse).map_or("sip:anonymous@invalid", |n| n.uri_text).to_string();
-        let b = match ctx.create_uac_session(app, &from_uri, msg.request_uri_text(), target) {
+        let invite = Invite {
+            from_uri: msg.header(HeaderName::From).and_then(NameAddr::parse).map_or("sip:anonymous@invalid", |n| n.uri_text).to_string(),
+            to_uri: msg.request_uri_text().to_string(),
+            body: body_of(msg),
+            max_forwards,
+            target,
+        };
+        let Some(tier) = &self.tier else { return self.place_leg_b(ctx, a, app, invite) };
+        let callee = msg.request_uri().as_ref().and_then(|u| u.as_sip().and_then(|s| s.user_base())).unwrap_or("").to_string();
+        tier.stats.lookups.fetch_add(1, Relaxed);
+        let completion = ctx.completion();
+        let db = tier.db.clone();
+        let me = self.clone();
+        let call_id = msg.call_id().to_string();
+        tier.runtime.spawn(async move {
+            let result = db.policy(&callee).await;
+            completion.complete(Box::new(move |ctx: &mut Context<'_>| me.admit(ctx, a, app, invite, call_id, callee, result)));
+        });
+    }
+
+    /// 1T/2T: the policy lookup came back; admit the call (leg B) or refuse it.
+    #[allow(clippy::too_many_arguments)]
+    fn admit(
+        &self,
+        ctx: &mut Context<'_>,
+        a: SessionId,
+        app: AppSessionId,
+        invite: Invite,
+        call_id: String,
+        callee: String,
+        result: Result<Option<Policy>, DbError>,
+    ) {
+        let Some(tier) = &self.tier else { return };
+        // The caller may have cancelled while the database answered.
+        let waiting = ctx.with_session(a, |_, s| s.awaits_answer() && s.state != SessionState::Terminated).unwrap_or(false);
+        if !waiting {
+            return self.end_app(ctx, app);
+        }
+        let status = match result {
+            Ok(Some(policy)) => {
+                let limit = tier.call_timer.min(policy.max_duration);
+                let caller = invite.from_uri.clone();
+                tier.calls.insert(app, Call { a, b: None, call_id, caller, callee, limit, answered: None });
+                return self.place_leg_b(ctx, a, app, invite);
+            }
+            Ok(None) => {
+                tier.stats.rejected.fetch_add(1, Relaxed);
+                403
+            }
+            Err(e) => {
+                tier.stats.db_errors.fetch_add(1, Relaxed);
+                tracing::warn!(error = %e, "policy lookup failed");
+                500
+            }
+        };
+        ctx.with_session(a, |ctx, s| ctx.answer_session(s, status, None));
+        self.end_app(ctx, app);
+    }
+
+    fn place_leg_b(&self, ctx: &mut Context<'_>, a: SessionId, app: AppSessionId, invite: Invite) {
+        let b = match ctx.create_uac_session(app, &invite.from_uri, &invite.to_uri, invite.target) {
             Ok(b) => b,
             Err(e) => {
                 tracing::debug!(error = %e, "b2bua could not create leg B");
                 ctx.with_session(a, |ctx, s| ctx.answer_session(s, 500, None));
-                return ctx.invalidate(app);
+                return self.end_app(ctx, app);
             }
         };
         ctx.with_session(a, |_, s| s.attributes.set(PEER, AttrValue::Session(b)));
         ctx.with_session(b, |_, s| {
             s.attributes.set(PEER, AttrValue::Session(a));
-            s.dialog.max_forwards = u8::try_from(max_forwards - 1).unwrap_or(u8::MAX);
+            s.dialog.max_forwards = u8::try_from(invite.max_forwards - 1).unwrap_or(u8::MAX);
         });
-        let body = body_of(msg);
-        let sent = match &body {
+        if let Some(mut call) = self.tier.as_ref().and_then(|t| t.calls.get_mut(&app)) {
+            call.b = Some(b);
+        }
+        let sent = match &invite.body {
             Some((ct, b_)) => ctx.send_invite(b, Some((ct, b_))),
             None => ctx.send_invite(b, None),
         };
         if let Err(e) = sent {
             tracing::debug!(error = %e, "b2bua could not send leg B's INVITE");
             ctx.with_session(a, |ctx, s| ctx.answer_session(s, 500, None));
-            ctx.invalidate(app);
+            self.end_app(ctx, app);
         }
     }
 
+    /// Both legs answered: start the call timer (and the 2T checks).
+    fn answered(&self, ctx: &mut Context<'_>, app: AppSessionId) {
+        let Some(tier) = &self.tier else { return };
+        let Some(mut call) = tier.calls.get_mut(&app) else { return };
+        let wall_ms = ctx.wall_time().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        call.answered = Some((ctx.now(), wall_ms));
+        let limit = call.limit;
+        drop(call);
+        let _ = ctx.set_timer(app, limit, CALL_LIMIT);
+        if let Some(period) = tier.check_period {
+            let _ = ctx.set_periodic_timer(app, period, POLICY_CHECK);
+        }
+    }
+
+    /// The call is over (`ended_by` says how): bill it if it was answered. Idempotent.
+    fn call_over(&self, ctx: &mut Context<'_>, app: AppSessionId, ended_by: &str) {
+        let Some(tier) = &self.tier else { return };
+        let Some((_, call)) = tier.calls.remove(&app) else { return };
+        let Some((answered, answered_at_ms)) = call.answered else { return };
+        let duration_ms = i64::try_from(ctx.now().saturating_duration_since(answered).as_millis()).unwrap_or(i64::MAX);
+        let record = BillingRecord {
+            call_ref: app.to_string(),
+            call_id: call.call_id,
+            caller: call.caller,
+            callee: call.callee,
+            answered_at_ms,
+            duration_ms,
+            ended_by: ended_by.into(),
+        };
+        let db = tier.db.clone();
+        let stats = tier.stats.clone();
+        tier.runtime.spawn(async move {
+            match db.bill(&record).await {
+                Ok(()) => stats.billed.fetch_add(1, Relaxed),
+                Err(e) => {
+                    tracing::warn!(error = %e, call_id = %record.call_id, "billing record not written");
+                    stats.billing_failures.fetch_add(1, Relaxed)
+                }
+            };
+        });
+    }
+
+    /// Ends the call on both legs (call timer, revoked policy).
+    fn hang_up(&self, ctx: &mut Context<'_>, app: AppSessionId, ended_by: &str) {
+        let Some((a, b)) = self.tier.as_ref().and_then(|t| t.calls.get(&app).map(|c| (c.a, c.b))) else { return };
+        self.call_over(ctx, app, ended_by);
+        let mut live = false;
+        for leg in [Some(a), b].into_iter().flatten() {
+            live |= ctx.with_session(leg, end_leg).unwrap_or(false);
+        }
+        if !live {
+            self.end_app(ctx, app);
+        }
+    }
+
+    /// 2T: the periodic query of one live call.
+    fn check_policy(self: &Arc<Self>, ctx: &mut Context<'_>, app: AppSessionId) {
+        let Some(tier) = &self.tier else { return };
+        let Some(callee) = tier.calls.get(&app).map(|c| c.callee.clone()) else { return };
+        tier.stats.checks.fetch_add(1, Relaxed);
+        let completion = ctx.completion();
+        let db = tier.db.clone();
+        let me = self.clone();
+        tier.runtime.spawn(async move {
+            let result = db.policy(&callee).await;
+            completion.complete(Box::new(move |ctx: &mut Context<'_>| me.checked(ctx, app, result)));
+        });
+    }
+
+    fn checked(&self, ctx: &mut Context<'_>, app: AppSessionId, result: Result<Option<Policy>, DbError>) {
+        let Some(tier) = &self.tier else { return };
+        match result {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                tier.stats.policy_ends.fetch_add(1, Relaxed);
+                self.hang_up(ctx, app, "policy");
+            }
+            Err(e) => {
+                tier.stats.db_errors.fetch_add(1, Relaxed);
+                tracing::warn!(error = %e, "periodic policy query failed; the call goes on");
+            }
+        }
+    }
+
+    /// Removes the application session (and the call's record: billed if it was answered).
+    fn end_app(&self, ctx: &mut Context<'_>, app: AppSessionId) {
+        self.call_over(ctx, app, "ended");
+        ctx.invalidate(app);
+    }
     /// A request inside one leg's dialog.
     fn in_dialog(&self, ctx: &mut Context<'_>, req: &Request<'_>, session: SessionId) {
         let method = req.method().clone();
@@ -130,12 +388,18 @@ impl B2bua {
         let peer = Self::peer(ctx, session);
         if method == Method::Bye {
             ctx.respond(req, 200);
-            ctx.with_session(session, |_, s| s.state = SessionState::Terminated);
+            let role = ctx.with_session(session, |_, s| {
+                s.state = SessionState::Terminated;
+                s.role
+            });
+            if let Some(app) = req.app {
+                self.call_over(ctx, app, if role == Some(LegRole::Uas) { "caller" } else { "callee" });
+            }
             match peer {
                 Some(p) if ctx.with_session(p, end_leg).unwrap_or(false) => {}
                 _ => {
                     if let Some(app) = req.app {
-                        ctx.invalidate(app);
+                        self.end_app(ctx, app);
                     }
                 }
             }
@@ -183,6 +447,11 @@ impl B2bua {
                 }
             })
             .unwrap_or(Err(()));
+        if answered.is_ok() && (200..300).contains(&status) {
+            if let Some(app) = ctx.with_session(b, |_, s| s.app) {
+                self.answered(ctx, app);
+            }
+        }
         if answered.is_err() && (200..300).contains(&status) {
             // A is gone (it cancelled or hung up while B was ringing) but B answered, maybe
             // crossing our CANCEL: the container acknowledged B's 2xx; end that dialog.
@@ -194,13 +463,13 @@ impl B2bua {
                 .unwrap_or(false);
             if !ended {
                 if let Some(app) = ctx.with_session(b, |_, s| s.app) {
-                    ctx.invalidate(app);
+                    self.end_app(ctx, app);
                 }
             }
         }
         if status >= 300 {
             if let Some(app) = ctx.with_session(b, |_, s| s.app) {
-                ctx.invalidate(app);
+                self.end_app(ctx, app);
             }
         }
     }
@@ -233,12 +502,8 @@ fn end_leg(ctx: &mut Context<'_>, s: &mut SipSession) -> bool {
     }
 }
 
-impl Service for B2bua {
-    fn user_agent(&self) -> Option<&UaProfile> {
-        Some(&PROFILE)
-    }
-
-    fn on_request(&self, ctx: &mut Context<'_>, req: &Request<'_>) {
+impl Shared {
+    fn on_request(self: &Arc<Self>, ctx: &mut Context<'_>, req: &Request<'_>) {
         match (req.kind, req.method(), req.session) {
             (RequestKind::Initial, Method::Invite, _) => self.new_call(ctx, req),
             (RequestKind::Initial, Method::Ack, _) => {}
@@ -288,7 +553,7 @@ impl Service for B2bua {
                 let peer = Self::peer(ctx, session);
                 if over(ctx, session) && peer.is_none_or(|p| over(ctx, p)) {
                     if let Some(app) = ctx.with_session(session, |_, s| s.app) {
-                        ctx.invalidate(app);
+                        self.end_app(ctx, app);
                     }
                 }
             }
@@ -303,9 +568,88 @@ impl Service for B2bua {
     }
 
     fn on_ack_timeout(&self, ctx: &mut Context<'_>, a: SessionId) {
+        if let Some(app) = ctx.with_session(a, |_, s| s.app) {
+            self.call_over(ctx, app, "no-ack");
+        }
         let _ = ctx.send_bye(a);
         if let Some(b) = Self::peer(ctx, a) {
             ctx.with_session(b, end_leg);
         }
+    }
+
+    fn on_timer(self: &Arc<Self>, ctx: &mut Context<'_>, app: AppSessionId, name: &'static str) {
+        let Some(tier) = &self.tier else { return };
+        match name {
+            CALL_LIMIT => {
+                tier.stats.timer_ends.fetch_add(1, Relaxed);
+                self.hang_up(ctx, app, "timer");
+            }
+            POLICY_CHECK => self.check_policy(ctx, app),
+            _ => {}
+        }
+    }
+
+    fn metrics_text(&self) -> String {
+        let Some(tier) = &self.tier else { return String::new() };
+        let mut out = String::with_capacity(2048);
+        let st = &tier.stats;
+        for (name, help, counter) in [
+            ("tandem_b2bua_policy_lookups_total", "Policy lookups before leg B", &st.lookups),
+            ("tandem_b2bua_rejected_total", "Calls refused 403 for want of a policy", &st.rejected),
+            ("tandem_b2bua_db_errors_total", "Failed policy queries", &st.db_errors),
+            ("tandem_b2bua_billing_records_total", "Billing records written", &st.billed),
+            ("tandem_b2bua_billing_failures_total", "Billing records that could not be written", &st.billing_failures),
+            ("tandem_b2bua_policy_checks_total", "Periodic per-call policy queries (2T)", &st.checks),
+            ("tandem_b2bua_timer_ends_total", "Calls ended by the call timer", &st.timer_ends),
+            ("tandem_b2bua_policy_ends_total", "Calls ended because their policy was removed", &st.policy_ends),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}.\n# TYPE {name} counter\n{name}{{service=\"{}\"}} {}",
+                tier.name,
+                counter.load(Relaxed)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP tandem_b2bua_calls Admitted calls not yet over.\n# TYPE tandem_b2bua_calls gauge\ntandem_b2bua_calls{{service=\"{}\"}} {}",
+            tier.name,
+            tier.calls.len()
+        );
+        out
+    }
+}
+
+impl Service for B2bua {
+    fn user_agent(&self) -> Option<&UaProfile> {
+        Some(&PROFILE)
+    }
+
+    fn on_request(&self, ctx: &mut Context<'_>, req: &Request<'_>) {
+        self.shared.on_request(ctx, req)
+    }
+
+    fn on_response(&self, ctx: &mut Context<'_>, session: SessionId, response: ResponseEvent<'_>) {
+        self.shared.on_response(ctx, session, response)
+    }
+
+    fn on_cancelled(&self, ctx: &mut Context<'_>, a: SessionId) {
+        self.shared.on_cancelled(ctx, a)
+    }
+
+    fn on_ack_timeout(&self, ctx: &mut Context<'_>, a: SessionId) {
+        self.shared.on_ack_timeout(ctx, a)
+    }
+
+    fn on_timer(&self, ctx: &mut Context<'_>, app: AppSessionId, _timer: TimerId, name: &'static str) {
+        self.shared.on_timer(ctx, app, name)
+    }
+
+    fn on_expired(&self, ctx: &mut Context<'_>, app: AppSessionId) {
+        self.shared.call_over(ctx, app, "expired");
+    }
+
+    fn metrics_text(&self) -> String {
+        self.shared.metrics_text()
     }
 }

@@ -24,6 +24,8 @@ pub struct Config {
     #[serde(default)]
     pub b2bua: B2buaConfig,
     #[serde(default)]
+    pub database: tandem_db::DatabaseConfig,
+    #[serde(default)]
     pub dating: DatingConfig,
     #[serde(default)]
     pub media: MediaConfig,

@@ -24,6 +24,9 @@ enum Command {
     Run(RunArgs),
     /// Check a contract file: errors and warnings as file:line:col; exit 1 on errors.
     Check { file: PathBuf },
+    /// Database of the B2BUA 1T/2T services: create the schema, seed and set policies, list
+    /// billing records.
+    Db(DbArgs),
     /// Draw a contract's business machine.
     Diagram {
         file: PathBuf,
@@ -33,6 +36,38 @@ enum Command {
         /// Output file (default: standard output).
         #[arg(short = 'o', long = "output")]
         output: Option<PathBuf>,
+    },
+}
+
+#[derive(clap::Args)]
+struct DbArgs {
+    #[command(subcommand)]
+    action: DbAction,
+    /// TOML configuration file (default: the embedded configuration); `database.*` is used.
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// Override a configuration key, e.g. database.url=postgres://postgres@127.0.0.1/tandem.
+    #[arg(long = "set", value_name = "KEY=VALUE", global = true)]
+    set: Vec<String>,
+}
+
+#[derive(Subcommand)]
+enum DbAction {
+    /// Create the schema (if missing) and seed `database.seed_users`.
+    Init,
+    /// Give a callee a policy (or replace it).
+    Allow {
+        user: String,
+        /// Longest call allowed, e.g. 90s or 1h.
+        #[arg(long, default_value = "1h")]
+        max_duration: String,
+    },
+    /// Remove a callee's policy (its calls get 403; 2T ends its live calls).
+    Deny { user: String },
+    /// Print billing records as tab-separated lines.
+    Billing {
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
     },
 }
 
@@ -47,7 +82,7 @@ struct RunArgs {
     /// Admin endpoint address (metrics, health); replaces server.admin.
     #[arg(long, value_name = "IP:PORT")]
     admin: Option<String>,
-    /// Route every initial request to this service (uas, proxy, b2bua_nt, dating, ...).
+    /// Route every initial request to this service (uas, proxy, b2bua_nt, b2bua_1t, b2bua_2t, dating, ...).
     #[arg(long)]
     service: Option<String>,
     /// Override a configuration key, e.g. uas.hold=2s or proxy.next_hop=127.0.0.1:5070.
@@ -61,7 +96,43 @@ fn main() -> Result<()> {
         Command::Check { file } => std::process::exit(check(&file)?),
         Command::Diagram { file, format, output } => diagram(&file, &format, output.as_deref()),
         Command::Run(args) => serve(args),
+        Command::Db(args) => database(args),
     }
+}
+
+fn database(args: DbArgs) -> Result<()> {
+    let config = config::Config::load(args.config.as_deref(), &args.set)?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the runtime")?;
+    runtime.block_on(async {
+        let db = tandem_db::Database::connect(&config.database).await?;
+        db.create_schema().await?;
+        match args.action {
+            DbAction::Init => {
+                let added = db.seed(&config.database.seed_users, config.database.seed_max_duration).await?;
+                println!("schema ready; {added} policy(ies) added");
+            }
+            DbAction::Allow { user, max_duration } => {
+                let d = humantime::parse_duration(&max_duration).with_context(|| format!("--max-duration {max_duration:?}"))?;
+                db.set_policy(&user, d).await?;
+                println!("{user}: calls allowed, at most {}", humantime::format_duration(d));
+            }
+            DbAction::Deny { user } => {
+                let removed = db.remove_policy(&user).await?;
+                println!("{user}: {}", if removed { "policy removed" } else { "had no policy" });
+            }
+            DbAction::Billing { limit } => {
+                println!("call_ref\tcall_id\tcaller\tcallee\tanswered_at_ms\tduration_ms\tended_by");
+                for r in db.billing(limit).await? {
+                    println!(
+                        "{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                        r.call_ref, r.call_id, r.caller, r.callee, r.answered_at_ms, r.duration_ms, r.ended_by
+                    );
+                }
+            }
+        }
+        db.close().await;
+        Ok::<_, anyhow::Error>(())
+    })
 }
 
 fn check(file: &std::path::Path) -> Result<i32> {
@@ -117,7 +188,7 @@ async fn run(args: RunArgs) -> Result<()> {
         Some(name) => vec![RouteRule::catch_all(name)],
         None => config.routes.clone(),
     };
-    let services: Vec<(String, Arc<dyn Service>)> = vec![
+    let mut services: Vec<(String, Arc<dyn Service>)> = vec![
         ("uas".to_string(), Arc::new(Uas::new(&config.uas))),
         ("proxy".to_string(), Arc::new(Proxy::new(&config.proxy)?)),
         ("pairing".to_string(), tandem_services::pairing_service(config.negotiator_for("pairing"))?),
@@ -126,6 +197,16 @@ async fn run(args: RunArgs) -> Result<()> {
         ("media".to_string(), Arc::new(tandem_services::Media::new(&config.media)?)),
         ("b2bua_nt".to_string(), Arc::new(tandem_services::B2bua::new(&config.b2bua)?)),
     ];
+    // The database is opened (schema, seed policies) only when a service that needs it is routed.
+    let routed = |name: &str| routes.iter().any(|r| r.service == name);
+    if routed("b2bua_1t") || routed("b2bua_2t") {
+        let db = tandem_db::Database::open(&config.database).await.context("opening the database (database.url)")?;
+        let handle = tokio::runtime::Handle::current();
+        for (name, periodic) in [("b2bua_1t", false), ("b2bua_2t", true)] {
+            let service = tandem_services::B2bua::with_database(&config.b2bua, db.clone(), handle.clone(), periodic)?;
+            services.push((name.to_string(), Arc::new(service)));
+        }
+    }
     let settings = ContainerSettings { container: config.container.clone(), routes };
     let listen = config.listen_specs()?;
     let container = Arc::new(Container::start(settings, services, &listen, config.transport.to_config()).await?);
