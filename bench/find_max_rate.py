@@ -5,6 +5,12 @@ Scenarios
   proxy200  SIPstone Proxy 200: sipp uac -> tandem --service proxy -> sipp uas
   uas       MLT service: sipp uac -> tandem --service uas (the caller hangs up)
   b2bua_nt  B2BUA NT: sipp uac -> tandem --service b2bua_nt -> sipp uas (two dialogs per call)
+  b2bua_1t  B2BUA 1T: NT + policy lookup, call timer and billing in the database
+            (embedded SQLite unless --set database.url=postgres://...)
+  b2bua_2t  B2BUA 2T: 1T + a periodic per-call database query (b2bua.check_period)
+  kamailio200  Proxy 200 through Kamailio (bench/kamailio/proxy200.cfg.in: transaction-
+            stateful, Record-Route) instead of tandem, for the side-by-side comparison;
+            --kamailio-shm / --kamailio-children size it
 
 Both use bench/scenarios/uac_rtd.xml: a basic call whose response time 1 is
 the session setup delay, INVITE sent -> 200 OK received, logged per call with
@@ -86,6 +92,43 @@ def cpu_seconds(pid):
         return None
     fields = s[s.rindex(")") + 2:].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def session_cpu_seconds(sid):
+    """utime+stime summed over every process of session `sid` (a server started with
+    start_new_session: Kamailio's main process and its workers; tandem alone)."""
+    total, found = 0.0, False
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                st = f.read()
+        except OSError:
+            continue
+        fields = st[st.rindex(")") + 2:].split()
+        if int(fields[3]) == sid:
+            total += (int(fields[11]) + int(fields[12])) / CLK_TCK
+            found = True
+    return total if found else None
+
+
+def session_rss_kib(sid):
+    """RSS summed over the session's processes (shared memory counted once per process
+    that touched it: an upper bound for Kamailio)."""
+    total = 0
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                st = f.read()
+            if int(st[st.rindex(")") + 2:].split()[3]) != sid:
+                continue
+        except (OSError, ValueError, IndexError):
+            continue
+        total += rss_kib(int(d)) or 0
+    return total or None
 
 
 def machine_busy_seconds():
@@ -316,7 +359,7 @@ class Rig:
 
     def start(self):
         a = self.args
-        if self.scenario in ("proxy200", "b2bua_nt"):
+        if self.scenario in ("proxy200", "kamailio200", "b2bua_nt", "b2bua_1t", "b2bua_2t"):
             p2 = free_port()
             self.uas_out = open(os.path.join(self.dir, "uas.stdout.log"), "wb")
             self.uas = subprocess.Popen(
@@ -330,7 +373,9 @@ class Rig:
                 raise RuntimeError("sipp uas did not bind port %d" % p2)
             hop = ("127.0.0.1:%d" if a.transport == "udp" else "tcp:127.0.0.1:%d") % p2
             svc = (["--service", "proxy", "--set", "proxy.next_hop=" + hop] if self.scenario == "proxy200"
-                   else ["--service", "b2bua_nt", "--set", "b2bua.next_hop=" + hop])
+                   else ["--service", self.scenario, "--set", "b2bua.next_hop=" + hop])
+            if self.scenario == "kamailio200":
+                return self.start_kamailio("127.0.0.1:%d" % p2)
         else:
             svc = ["--service", "uas"]
         self.binary = binary_id(a.binary)
@@ -342,6 +387,29 @@ class Rig:
         self.tandem = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.t_out,
                                        stderr=self.t_err, start_new_session=True)
         wait_health("http://127.0.0.1:%d/health" % self.admin, self.tandem)
+
+    def start_kamailio(self, next_hop):
+        a = self.args
+        with open(os.path.join(HERE, "kamailio", "proxy200.cfg.in")) as f:
+            cfg = f.read()
+        for k, v in (("@PORT@", str(self.port)), ("@NEXT_HOP@", next_hop), ("@PROTO@", a.transport),
+                     ("@CHILDREN@", str(a.kamailio_children))):
+            cfg = cfg.replace(k, v)
+        path = os.path.join(self.dir, "kamailio.cfg")
+        with open(path, "w") as f:
+            f.write(cfg)
+        kam = shutil.which("kamailio") or "/usr/sbin/kamailio"
+        version = subprocess.run([kam, "-v"], capture_output=True, text=True).stdout.splitlines()
+        self.binary = {"path": kam, "version": version[0] if version else "?"}
+        cmd = [kam, "-f", path, "-DD", "-E", "-m", str(a.kamailio_shm), "-M", str(a.kamailio_pkg)]
+        self.cmd = cmd
+        self.t_out = open(os.path.join(self.dir, "kamailio.stdout.log"), "wb")
+        self.t_err = open(os.path.join(self.dir, "kamailio.stderr.log"), "wb")
+        self.tandem = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.t_out,
+                                       stderr=self.t_err, start_new_session=True)
+        if not wait_bound(a.transport, self.port):
+            raise RuntimeError("kamailio did not bind %s port %d (see %s)" % (a.transport, self.port, self.dir))
+        time.sleep(1.0)  # its workers fork after binding
 
     def stop(self):
         rc = stop(self.tandem)
@@ -376,9 +444,9 @@ class Rig:
             delay = t0 + at - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            samples[label] = (time.monotonic() - t0, cpu_seconds(pid), cpu_seconds(proc.pid),
+            samples[label] = (time.monotonic() - t0, session_cpu_seconds(pid), cpu_seconds(proc.pid),
                               cpu_seconds(self.uas.pid) if self.uas else 0.0, machine_busy_seconds())
-        rss = rss_kib(pid)
+        rss = rss_kib(pid) if self.scenario != "kamailio200" else session_rss_kib(pid)
         drops1 = udp_drops_by_pid()
         try:
             rc = proc.wait(timeout=dur + 90)
@@ -600,7 +668,12 @@ def markdown(report):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", default=os.path.join(REPO, "target", "release", "tandem"))
-    ap.add_argument("--scenario", choices=["proxy200", "uas", "b2bua_nt", "all"], default="all")
+    ap.add_argument("--scenario", choices=["proxy200", "kamailio200", "uas", "b2bua_nt", "b2bua_1t", "b2bua_2t", "all"],
+                    default="all")
+    ap.add_argument("--kamailio-shm", type=int, default=2048,
+                    help="Kamailio shared memory, MiB (-m); its default and 256 run out near 2,000 cps here")
+    ap.add_argument("--kamailio-pkg", type=int, default=32, help="Kamailio private memory per process, MiB (-M)")
+    ap.add_argument("--kamailio-children", type=int, default=4, help="Kamailio worker processes per listener")
     ap.add_argument("--transport", choices=["udp", "tcp"], default="udp")
     ap.add_argument("--start", type=int, default=500, help="first offered rate, calls/s")
     ap.add_argument("--step", type=int, default=500, help="rate increment per step, calls/s")
@@ -650,6 +723,8 @@ def main(argv=None):
                                                         m.get("mem_total_gib"), m.get("kernel")))
     print(HEAD)
     scenarios = ["proxy200", "uas", "b2bua_nt"] if args.scenario == "all" else [args.scenario]
+    if "kamailio200" in scenarios and not (shutil.which("kamailio") or os.path.exists("/usr/sbin/kamailio")):
+        sys.exit("kamailio not found: apt-get install kamailio")
     for sc in scenarios:
         try:
             res = run_scenario(args, sc, raw_dir)

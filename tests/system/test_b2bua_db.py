@@ -15,6 +15,9 @@ Cases:
                  `b2bua_2t` queries each live call's policy every 200 ms; `tandem db deny
                  service` (another process, same database) removes the policy while the calls
                  are up: every call is ended with BYE on both legs, billing says `policy`.
+  2t_tcp_checks_and_timer
+                 `b2bua_2t` over TCP: 1 s calls checked every 200 ms (>= 3 queries per call),
+                 ended by the call timer.
   1t_postgres    the 1t_sqlite_udp run against a fresh PostgreSQL database (created and
                  dropped with psql); skipped with a message when no server answers on
                  127.0.0.1:5432 (TANDEM_TEST_POSTGRES_URL overrides the server URL).
@@ -203,6 +206,18 @@ def case_revoked_policy(env):
     check_billing(sqlite_rows(path, "SELECT call_id, ended_by, duration_ms FROM b2bua_billing"), calls, "policy")
 
 
+def case_2t_tcp(env):
+    path, url = sqlite_url(env)
+    calls = 10
+    metrics = run_calls(env, "b2bua_2t", url, transport="tcp", calls=calls, rate=5, caller="wait_bye",
+                        sets=["b2bua.call_timer=1s", "b2bua.check_period=200ms"])
+    check_tier_metrics(metrics, "b2bua_2t", calls)
+    checks = b2bua_metric(metrics, "tandem_b2bua_policy_checks_total", "b2bua_2t") or 0
+    # A 1 s call checked every 200 ms: about 4 queries each.
+    check(checks >= 3 * calls, "expected >= %d periodic policy queries, got %s" % (3 * calls, checks))
+    check_billing(sqlite_rows(path, "SELECT call_id, ended_by, duration_ms FROM b2bua_billing"), calls, "timer", (950, 1600))
+
+
 def postgres_base():
     url = os.environ.get("TANDEM_TEST_POSTGRES_URL") or "postgres://postgres@127.0.0.1:5432/test"
     try:
@@ -244,6 +259,7 @@ CASES = [
     ("1t_no_policy_403", case_no_policy),
     ("1t_call_timer", case_call_timer),
     ("2t_revoked_policy", case_revoked_policy),
+    ("2t_tcp_checks_and_timer", case_2t_tcp),
     ("1t_postgres", case_postgres),
 ]
 
