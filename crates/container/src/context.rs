@@ -196,7 +196,9 @@ impl<'a> Context<'a> {
         let (Some(invite), Some(tx)) = (session.pending_invite.as_ref(), session.invite_tx) else {
             return Err(ContainerError::NotAnInvite);
         };
-        let b = ResponseBuilder::new(invite, status, crate::core::CoreState::reason_phrase(status), Some(&session.dialog.local_tag));
+        // 100 Trying is hop-by-hop and creates no dialog: no To tag (RFC 3261 §8.2.6.2 allows one, peers do not expect it).
+        let tag = (status != 100).then_some(&*session.dialog.local_tag);
+        let b = ResponseBuilder::new(invite, status, crate::core::CoreState::reason_phrase(status), tag);
         self.st.metrics.message_out(Some(&Method::Invite), Some(status), session.dialog.flow.transport);
         self.st.layer.respond(self.now, tx, status, b.finish(), false);
         Ok(())

@@ -202,7 +202,14 @@ impl Shared {
                 return ctx.respond(req, 500);
             }
         };
-        let Some(app) = ctx.with_session(a, |_, s| s.app) else { return };
+        // 100 Trying at once: leg B (and, for 1T/2T, the policy lookup) may take longer than
+        // the caller's first retransmission interval.
+        let Some(app) = ctx.with_session(a, |ctx, s| {
+            let _ = ctx.provisional(s, 100);
+            s.app
+        }) else {
+            return;
+        };
         let invite = Invite {
             from_uri: msg.header(HeaderName::From).and_then(NameAddr::parse).map_or("sip:anonymous@invalid", |n| n.uri_text).to_string(),
             to_uri: msg.request_uri_text().to_string(),
