@@ -62,10 +62,14 @@ pub fn certificates_from_pem(pem: &[u8], path: &Path) -> Result<Vec<CertificateD
 pub fn server_config(cert_chain_pem: &[u8], key_pem: &[u8], cert_path: &Path, key_path: &Path) -> Result<Arc<ServerConfig>, TlsError> {
     let chain = certificates_from_pem(cert_chain_pem, cert_path)?;
     let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|_| TlsError::NoPrivateKey(key_path.to_path_buf()))?;
-    let config = ServerConfig::builder_with_provider(provider())
+    let mut config = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
         .with_single_cert(chain, key)?;
+    // No TLS 1.3 session tickets: SIP connections are long-lived and reused, so resumption
+    // gains little, and some SIP peers (sipsak built with GnuTLS) take the ticket record that
+    // follows the handshake for a response and give up.
+    config.send_tls13_tickets = 0;
     Ok(Arc::new(config))
 }
 
