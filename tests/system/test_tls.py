@@ -353,6 +353,9 @@ def case_bad_input(env):
         finally:
             stalled.close()
             garbage.close()
+        status, body = t.get("/metrics")
+        failed = common.metric_sum(common.parse_metrics(body), "tandem_tls_handshake_failures_total")
+        check(failed == 2, "tandem_tls_handshake_failures_total is %s, expected 2" % failed)
         rc, text = sipsak_options(env, port, pki[0], name="sipsak_after")
         check(rc == 0 and "SIP/2.0 200" in text,
               "sipsak TLS OPTIONS after the bad connections exited %s; output:\n%s" % (rc, text[-2000:]))

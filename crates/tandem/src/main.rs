@@ -52,7 +52,7 @@ struct RunArgs {
     /// TOML configuration file (default: the embedded configuration).
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Listen on PROTO:IP:PORT (udp or tcp); repeatable; replaces server.listen.
+    /// Listen on PROTO:IP:PORT (udp, tcp or tls); repeatable; replaces server.listen.
     #[arg(long = "listen", value_name = "PROTO:IP:PORT")]
     listen: Vec<String>,
     /// Admin endpoint address (metrics, health); replaces server.admin.
