@@ -16,6 +16,9 @@ Cases:
   * `call_in_kamailio`: SIPp uac (UDP) -> Kamailio -> TLS -> tandem uas: calls
     set up and torn down over TLS (INVITE, ACK and BYE reach tandem over TLS;
     Kamailio checks tandem's certificate against the CA).
+  * `server_hangs_up_kamailio`: the same with `uas.hold=1s` and SIPp waiting for
+    the BYE (scenarios/uac_wait_bye.xml): tandem's BYEs go out over TLS along the
+    Record-Route set (Kamailio's TLS entry first).
   * `call_out_kamailio`: SIPp uac (UDP) -> tandem proxy -> TLS -> Kamailio ->
     SIPp uas (UDP): Tandem connects out over TLS (proxy.next_hop=tls:...,
     checking Kamailio's certificate with tls.ca); every call succeeds at both
@@ -233,17 +236,18 @@ class Kamailio:
         return False
 
 
-def case_call_in_kamailio(env):
+def case_call_in_kamailio(env, server_hangs_up=False):
     common.require_sipp()
     require_kamailio()
     pki = make_cert(env)
-    t = tls_tandem(env, pki, "uas")
+    t = tls_tandem(env, pki, "uas", sets=["uas.hold=1s"] if server_hangs_up else [])
     with t:
         _, tls_port = t.addr("tls")
         with Kamailio(env, pki, to_tls=tls_port) as k:
             msgs = env.log_path("uac.messages.log")
-            res = common.run_sipp(env, "uac", [
-                "-sn", "uac", "127.0.0.1:%d" % k.udp, "-t", "u1", "-trace_msg", "-message_file", msgs,
+            scenario = ["-sf", os.path.join(common.SCENARIOS, "uac_wait_bye.xml")] if server_hangs_up else ["-sn", "uac"]
+            res = common.run_sipp(env, "uac", scenario + [
+                "127.0.0.1:%d" % k.udp, "-t", "u1", "-trace_msg", "-message_file", msgs,
                 "-i", "127.0.0.1", "-p", str(common.free_port()),
                 "-r", str(RATE), "-m", str(CALLS), "-timeout", "60s", "-timeout_error",
             ], timeout=90)
@@ -257,9 +261,9 @@ def case_call_in_kamailio(env):
         rr = "Record-Route: <sip:127.0.0.1:%d;transport=tls;" % k.tls
         check(rr in text, "no %r in the responses SIPp received (%s)" % (rr, msgs))
         for method in ("INVITE", "ACK", "BYE"):
-            n = counted(t, "in", method, "tls")
-            check(n >= CALLS, 'tandem_messages_in_total{method="%s",transport="tls"} is %s, expected >= %d'
-                  % (method, n, CALLS))
+            n = counted(t, "out" if server_hangs_up and method == "BYE" else "in", method, "tls")
+            check(n >= CALLS, 'tandem_messages_%s_total{method="%s",transport="tls"} is %s, expected >= %d'
+                  % ("out" if server_hangs_up and method == "BYE" else "in", method, n, CALLS))
         t.stop()
 
 
@@ -373,6 +377,7 @@ def case_no_certificate(env):
 
 CASES = [("options_sipsak", case_options_sipsak),
          ("call_in_kamailio", case_call_in_kamailio),
+         ("server_hangs_up_kamailio", lambda env: case_call_in_kamailio(env, server_hangs_up=True)),
          ("call_out_kamailio", case_call_out_kamailio),
          ("bad_input", case_bad_input),
          ("no_certificate", case_no_certificate)]
