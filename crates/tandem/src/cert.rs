@@ -51,3 +51,23 @@ fn write_private(path: &Path, data: &[u8]) -> Result<()> {
         .with_context(|| format!("writing {}", path.display()))?;
     file.write_all(data).with_context(|| format!("writing {}", path.display()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn written_files_load_as_tls_configuration() {
+        let dir = std::env::temp_dir().join(format!("tandem-cert-test-{}", std::process::id()));
+        write(&dir, &["127.0.0.1".to_string(), "sip.example.test".to_string()]).unwrap();
+        let (ca, cert, key) = (dir.join("ca.pem"), dir.join("cert.pem"), dir.join("key.pem"));
+        use std::os::unix::fs::PermissionsExt as _;
+        assert_eq!(std::fs::metadata(&key).unwrap().permissions().mode() & 0o777, 0o600);
+        let tls = tandem_transport::TlsConfig::from_files(Some(&cert), Some(&key), Some(&ca), false).unwrap();
+        assert!(tls.server.is_some() && tls.client.is_some());
+        // The chain is the certificate, then the CA.
+        let chain = tandem_transport::certificates_from_pem(&std::fs::read(&cert).unwrap(), &cert).unwrap();
+        assert_eq!(chain.len(), 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
