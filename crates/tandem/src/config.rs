@@ -147,6 +147,13 @@ impl Config {
                 );
             }
         }
+        let tls_hops = [("proxy.next_hop", &config.proxy.next_hop), ("b2bua.next_hop", &config.b2bua.next_hop)];
+        for (key, hop) in tls_hops {
+            let tls_hop = hop.as_deref().is_some_and(|h| h.get(..4).is_some_and(|p| p.eq_ignore_ascii_case("tls:")));
+            if tls_hop && config.tls.ca.is_none() && !config.tls.insecure_skip_verify {
+                bail!("{key} is a TLS destination: set tls.ca (PEM trust roots for outgoing TLS)");
+            }
+        }
         for (service, name) in &config.negotiator {
             name.parse::<tandem_engine::Negotiator>().map_err(|e| anyhow::anyhow!("negotiator.{service}: {e}"))?;
         }
@@ -238,5 +245,8 @@ mod tests {
         // The files are read when the transports are configured.
         assert!(format!("{:#}", c.transport_config().unwrap_err()).contains("/x/cert.pem"));
         assert!(Config::load(None, &[]).unwrap().transport_config().unwrap().tls.server.is_none());
+        let err = Config::load(None, &["proxy.next_hop=tls:127.0.0.1:5061".into()]).unwrap_err();
+        assert!(format!("{err:#}").contains("tls.ca"), "{err:#}");
+        assert!(Config::load(None, &["b2bua.next_hop=TLS:127.0.0.1:5061".into(), "tls.ca=/x/ca.pem".into()]).is_ok());
     }
 }
