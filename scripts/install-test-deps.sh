@@ -8,6 +8,8 @@
 #   python3   python3
 #   dot       graphviz (contract diagrams as SVG)
 #   psql      postgresql-client (B2BUA 1T against PostgreSQL, when a server runs)
+#   kamailio  kamailio, kamailio-tls-modules (the TLS peer of tests/system/test_tls.py;
+#             Debian's sipp is built without TLS)
 #
 # Idempotent: does nothing when every command is already on PATH.
 # Needs root (or passwordless apt-get as root) only when something is missing.
@@ -20,19 +22,24 @@ declare -A PKG_FOR=(
   [python3]=python3
   [dot]=graphviz
   [psql]=postgresql-client
+  [kamailio]=kamailio
 )
+KAMAILIO_TLS_MODULE='/usr/lib/*/kamailio/modules/tls.so'
 
 missing_cmds=()
 missing_pkgs=()
-for cmd in sipp sipsak ip python3 dot psql; do
+for cmd in sipp sipsak ip python3 dot psql kamailio; do
   if ! command -v "$cmd" >/dev/null 2>&1; then
     missing_cmds+=("$cmd")
     missing_pkgs+=("${PKG_FOR[$cmd]}")
   fi
 done
+if ! compgen -G "$KAMAILIO_TLS_MODULE" >/dev/null; then
+  missing_pkgs+=(kamailio-tls-modules)
+fi
 
 if [ "${#missing_pkgs[@]}" -eq 0 ]; then
-  echo "install-test-deps: all present (sipp, sipsak, ip, python3, dot, psql)"
+  echo "install-test-deps: all present (sipp, sipsak, ip, python3, dot, psql, kamailio with TLS)"
   exit 0
 fi
 
@@ -57,6 +64,7 @@ still_missing=()
 for cmd in "${missing_cmds[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || still_missing+=("$cmd")
 done
+compgen -G "$KAMAILIO_TLS_MODULE" >/dev/null || still_missing+=("kamailio-tls-modules ($KAMAILIO_TLS_MODULE)")
 if [ "${#still_missing[@]}" -ne 0 ]; then
   echo "install-test-deps: ERROR: still missing after install: ${still_missing[*]}" >&2
   exit 1

@@ -46,7 +46,7 @@ impl Locals {
 
     /// Whether a URI (a Route value) designates this server.
     pub fn is_local_uri(&self, uri: &SipUri<'_>) -> bool {
-        let port = uri.port.unwrap_or(5060);
+        let port = uri.port.unwrap_or(if uri.secure { 5061 } else { 5060 });
         self.listeners.iter().any(|l| {
             l.addr.port() == port
                 && (uri.host_ip().is_some_and(|ip| ip == l.addr.ip() || l.addr.ip().is_unspecified())
@@ -76,10 +76,11 @@ impl Destination {
         Some(Destination { transport, addr: SocketAddr::new(ip, sip.port.unwrap_or(default_port)) })
     }
 
-    /// `IP:PORT` (UDP) or `tcp:IP:PORT` / `udp:IP:PORT`, as in `proxy.next_hop`.
+    /// `IP:PORT` (UDP) or `tcp:IP:PORT` / `udp:IP:PORT` / `tls:IP:PORT`, as in `proxy.next_hop`.
     pub fn parse(s: &str) -> Option<Destination> {
         let (transport, addr) = match s.split_once(':') {
             Some((p, rest)) if p.eq_ignore_ascii_case("tcp") => (Transport::Tcp, rest),
+            Some((p, rest)) if p.eq_ignore_ascii_case("tls") => (Transport::Tls, rest),
             Some((p, rest)) if p.eq_ignore_ascii_case("udp") => (Transport::Udp, rest),
             _ => (Transport::Udp, s),
         };
@@ -97,6 +98,12 @@ mod tests {
         assert_eq!((d.transport, d.addr.port()), (Transport::Tcp, 5070));
         assert_eq!(Destination::parse("127.0.0.1:5070").unwrap().transport, Transport::Udp);
         assert!(Destination::parse("example.com:5060").is_none());
+        let d = Destination::parse("TLS:127.0.0.1:5061").unwrap();
+        assert_eq!((d.transport, d.addr.port()), (Transport::Tls, 5061));
+        let d = Destination::from_uri(&Uri::parse("sips:bob@127.0.0.1").unwrap()).unwrap();
+        assert_eq!((d.transport, d.addr.port()), (Transport::Tls, 5061));
+        let d = Destination::from_uri(&Uri::parse("sip:bob@127.0.0.1:5070;transport=tls").unwrap()).unwrap();
+        assert_eq!((d.transport, d.addr.port()), (Transport::Tls, 5070));
         let uri = Uri::parse("sip:bob@[::1]:5080;transport=tcp").unwrap();
         let d = Destination::from_uri(&uri).unwrap();
         assert_eq!((d.transport, d.addr), (Transport::Tcp, "[::1]:5080".parse().unwrap()));

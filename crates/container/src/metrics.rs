@@ -28,7 +28,7 @@ const METHODS: [&str; 15] = [
     "other",
 ];
 const CLASSES: [&str; 7] = ["request", "1xx", "2xx", "3xx", "4xx", "5xx", "6xx"];
-const TRANSPORTS: [&str; 2] = ["udp", "tcp"];
+const TRANSPORTS: [&str; 3] = ["udp", "tcp", "tls"];
 const SLOTS: usize = METHODS.len() * CLASSES.len() * TRANSPORTS.len();
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -167,7 +167,11 @@ impl Metrics {
         let label = method.map_or("other", Method::metric_label);
         let m = METHODS.iter().position(|x| *x == label).unwrap_or(METHODS.len() - 1);
         let c = status.map_or(0, |s| usize::from(s / 100).clamp(1, 6));
-        let t = usize::from(transport != Transport::Udp);
+        let t = match transport {
+            Transport::Udp => 0,
+            Transport::Tls => 2,
+            _ => 1,
+        };
         (m * CLASSES.len() + c) * TRANSPORTS.len() + t
     }
 

@@ -225,6 +225,7 @@ fn via_destination(via: &Via<'_>) -> Option<Destination> {
     let port = via.rport().flatten().or(via.port).unwrap_or(5060);
     let transport = match via.transport {
         Transport::Tcp => Transport::Tcp,
+        Transport::Tls => Transport::Tls,
         _ => Transport::Udp,
     };
     Some(Destination { transport, addr: std::net::SocketAddr::new(ip, port) })

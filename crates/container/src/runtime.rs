@@ -167,6 +167,10 @@ impl Container {
         for service in &self.services.list {
             text.push_str(&service.metrics_text());
         }
+        let tls_failed = self.transports.stats().tls_handshake_failed.load(std::sync::atomic::Ordering::Relaxed);
+        text.push_str("# HELP tandem_tls_handshake_failures TLS handshakes (in or out) that failed or timed out.\n");
+        text.push_str("# TYPE tandem_tls_handshake_failures counter\n");
+        text.push_str(&format!("tandem_tls_handshake_failures_total {tls_failed}\n"));
         text.push_str("# EOF\n");
         text
     }

@@ -1,16 +1,35 @@
-//! SIP transports on tokio: UDP and TCP listeners, outgoing TCP connections, message framing,
-//! and the limits that keep a misbehaving peer from exhausting the server.
+//! SIP transports on tokio: UDP, TCP and TLS listeners, outgoing TCP and TLS connections,
+//! message framing, and the limits that keep a misbehaving peer from exhausting the server.
 //!
 //! Received messages are parsed here, on the reader task, and handed to a [`Sink`] (the
 //! container's dispatcher); sending never blocks: every queue is bounded and a full queue is
 //! an error the caller counts.
+//!
+//! Modules: `udp` (datagrams), `tcp` (every stream transport: framing, limits, idle timeout,
+//! write queue, connection reuse, generic over `AsyncRead + AsyncWrite`), `tls` (the TLS
+//! handshake on top of a TCP socket, then `tcp`'s stream code).
+//!
+//! Adding a transport (WS, WSS, SCTP, ...):
+//! 1. a [`Protocol`] variant, its [`Transport`] mapping and its `ListenSpec` name (`spec.rs`);
+//! 2. a listener: bind it in [`Transports::bind`] and start its accept or read loop; a stream
+//!    transport turns each accepted socket into reader/writer halves and hands them to
+//!    `tcp::run_connection`, as `tls::serve_accepted` does;
+//! 3. a connector: route its [`Transport`] in [`Transports::send`] (stream transports go
+//!    through `tcp::send`, which reuses a connection to the same peer and transport, else
+//!    opens one in `tcp::connect`, where the new transport's handshake goes, as TLS's does);
+//! 4. in the container, `Destination::parse` (`crates/container/src/locals.rs`) for
+//!    `next_hop` values; Via and Contact take the transport's name from [`Transport`].
 #![forbid(unsafe_code)]
 
 mod spec;
 mod tcp;
+mod tls;
 mod udp;
 
 pub use spec::{ListenSpec, Protocol, SpecError};
+pub use tls::{certificates_from_pem, client_config, server_config, TlsError};
+/// The rustls crate this transport is built with (for building configurations by hand).
+pub use tokio_rustls::rustls;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -41,6 +60,22 @@ pub struct TransportConfig {
     pub udp_readers: usize,
     /// SO_RCVBUF / SO_SNDBUF for UDP sockets, so bursts are not dropped by the kernel.
     pub udp_socket_buffer_bytes: usize,
+    /// Certificates for TLS listeners and outgoing TLS connections. The TCP limits above
+    /// (connections, per peer, idle timeout, write queue) apply to TLS connections too, and
+    /// count TCP and TLS connections together.
+    pub tls: TlsConfig,
+    /// A TLS handshake (in or out) not done by then is abandoned and its connection closed.
+    pub tls_handshake_timeout: Duration,
+}
+
+/// TLS material. [`TlsConfig::from_files`] reads it from PEM files.
+#[derive(Debug, Clone, Default)]
+pub struct TlsConfig {
+    /// Certificate chain and key for `tls:` listeners; binding one without it fails.
+    pub server: Option<Arc<rustls::ServerConfig>>,
+    /// Trust roots (or no verification) for outgoing TLS; without it, sending to a TLS
+    /// destination fails with [`SendError::NoTlsClient`].
+    pub client: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Default for TransportConfig {
@@ -55,6 +90,8 @@ impl Default for TransportConfig {
             tcp_write_queue: 4096,
             udp_readers: 1,
             udp_socket_buffer_bytes: 8 << 20,
+            tls: TlsConfig::default(),
+            tls_handshake_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -87,6 +124,8 @@ pub enum SendError {
     TooLarge,
     #[error("transport {0:?} not supported")]
     Unsupported(Transport),
+    #[error("no TLS client configuration (trust roots) for outgoing TLS")]
+    NoTlsClient,
 }
 
 /// Counters the admin endpoint exports.
@@ -99,6 +138,8 @@ pub struct TransportStats {
     pub tcp_idle_closed: AtomicU64,
     pub tcp_open: AtomicU64,
     pub tcp_queue_full: AtomicU64,
+    /// TLS handshakes (in or out) that failed or timed out.
+    pub tls_handshake_failed: AtomicU64,
 }
 
 #[derive(Clone)]
@@ -115,6 +156,7 @@ pub(crate) struct Inner {
     pub next_connection: AtomicU64,
     pub stats: TransportStats,
     pub tasks: Mutex<Vec<JoinHandle<()>>>,
+    pub tls_connector: Option<tokio_rustls::TlsConnector>,
 }
 
 pub(crate) struct Listener {
@@ -126,11 +168,13 @@ pub(crate) struct Listener {
 #[derive(Default)]
 pub(crate) struct Connections {
     pub by_id: HashMap<u64, Connection>,
-    pub by_remote: HashMap<SocketAddr, u64>,
+    /// TCP and TLS connections to one address are distinct.
+    pub by_remote: HashMap<(Transport, SocketAddr), u64>,
     pub per_ip: HashMap<IpAddr, usize>,
 }
 
 pub(crate) struct Connection {
+    pub transport: Transport,
     pub remote: SocketAddr,
     pub writer: mpsc::Sender<Bytes>,
 }
@@ -148,8 +192,8 @@ impl Connections {
 
     pub fn remove(&mut self, id: u64) {
         if let Some(conn) = self.by_id.remove(&id) {
-            if self.by_remote.get(&conn.remote) == Some(&id) {
-                self.by_remote.remove(&conn.remote);
+            if self.by_remote.get(&(conn.transport, conn.remote)) == Some(&id) {
+                self.by_remote.remove(&(conn.transport, conn.remote));
             }
             let ip = conn.remote.ip();
             if let Some(n) = self.per_ip.get_mut(&ip) {
@@ -164,10 +208,13 @@ impl Connections {
 
 impl Transports {
     /// Binds every listener and starts reading. Port 0 binds an ephemeral port
-    /// (see [`Self::local_addrs`]).
+    /// (see [`Self::local_addrs`]). A `tls:` listener without `config.tls.server` is an
+    /// `InvalidInput` error.
     pub async fn bind(specs: &[ListenSpec], config: TransportConfig, sink: Arc<dyn Sink>) -> std::io::Result<Transports> {
         let mut listeners = Vec::new();
         let mut tcp_sockets = Vec::new();
+        let acceptor = tls::acceptor(&config.tls);
+        let tls_connector = tls::connector(&config.tls);
         for spec in specs {
             match spec.protocol {
                 Protocol::Udp => {
@@ -179,7 +226,19 @@ impl Transports {
                     let listener = tcp::bind(spec.addr)?;
                     let local = listener.local_addr()?;
                     listeners.push(Listener { protocol: Protocol::Tcp, local, udp: None });
-                    tcp_sockets.push((listeners.len() - 1, listener));
+                    tcp_sockets.push((listeners.len() - 1, listener, None));
+                }
+                Protocol::Tls => {
+                    let Some(acceptor) = acceptor.clone() else {
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::InvalidInput,
+                            format!("listener {spec} needs a TLS certificate and private key"),
+                        ));
+                    };
+                    let listener = tcp::bind(spec.addr)?;
+                    let local = listener.local_addr()?;
+                    listeners.push(Listener { protocol: Protocol::Tls, local, udp: None });
+                    tcp_sockets.push((listeners.len() - 1, listener, Some(acceptor)));
                 }
             }
         }
@@ -192,6 +251,7 @@ impl Transports {
             next_connection: AtomicU64::new(1),
             stats: TransportStats::default(),
             tasks: Mutex::new(Vec::new()),
+            tls_connector,
         });
         let mut tasks = Vec::new();
         for (index, listener) in inner.listeners.iter().enumerate() {
@@ -201,8 +261,8 @@ impl Transports {
                 }
             }
         }
-        for (index, listener) in tcp_sockets {
-            tasks.push(tokio::spawn(tcp::accept_loop(inner.clone(), listener, index as u16)));
+        for (index, listener, acceptor) in tcp_sockets {
+            tasks.push(tokio::spawn(tcp::accept_loop(inner.clone(), listener, index as u16, acceptor)));
         }
         inner.tasks.lock().extend(tasks);
         Ok(Transports { inner })
@@ -223,15 +283,16 @@ impl Transports {
         self.inner.listeners.get(index as usize).map(|l| (l.protocol, l.local))
     }
 
-    /// Sends without waiting. UDP goes out at once; TCP is queued on the flow's connection,
-    /// or on a connection to `flow.remote` (reused, or opened in the background).
+    /// Sends without waiting. UDP goes out at once; TCP and TLS are queued on the flow's
+    /// connection, or on a connection to `flow.remote` over the same transport (reused, or
+    /// opened in the background).
     pub fn send(&self, flow: Flow, payload: Bytes) -> Result<(), SendError> {
         if payload.len() > self.inner.config.max_message_bytes {
             return Err(SendError::TooLarge);
         }
         match flow.transport {
             Transport::Udp => udp::send(&self.inner, flow, &payload),
-            Transport::Tcp => tcp::send(&self.inner, flow, payload),
+            Transport::Tcp | Transport::Tls => tcp::send(&self.inner, flow, payload),
             other => Err(SendError::Unsupported(other)),
         }
     }

@@ -7,6 +7,8 @@ use tandem_sip::Transport;
 pub enum Protocol {
     Udp,
     Tcp,
+    /// TLS over TCP (RFC 3261 §26.2): the TCP stream code with a TLS session in between.
+    Tls,
 }
 
 impl Protocol {
@@ -14,6 +16,7 @@ impl Protocol {
         match self {
             Protocol::Udp => Transport::Udp,
             Protocol::Tcp => Transport::Tcp,
+            Protocol::Tls => Transport::Tls,
         }
     }
 
@@ -21,6 +24,7 @@ impl Protocol {
         match t {
             Transport::Udp => Some(Protocol::Udp),
             Transport::Tcp => Some(Protocol::Tcp),
+            Transport::Tls => Some(Protocol::Tls),
             _ => None,
         }
     }
@@ -29,11 +33,12 @@ impl Protocol {
         match self {
             Protocol::Udp => "udp",
             Protocol::Tcp => "tcp",
+            Protocol::Tls => "tls",
         }
     }
 }
 
-/// `PROTO:IP:PORT`, e.g. `udp:127.0.0.1:5060` or `tcp:[::1]:5060`.
+/// `PROTO:IP:PORT`, e.g. `udp:127.0.0.1:5060`, `tcp:[::1]:5060` or `tls:127.0.0.1:5061`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ListenSpec {
     pub protocol: Protocol,
@@ -42,9 +47,9 @@ pub struct ListenSpec {
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SpecError {
-    #[error("expected PROTO:IP:PORT (PROTO is udp or tcp), got {0:?}")]
+    #[error("expected PROTO:IP:PORT (PROTO is udp, tcp or tls), got {0:?}")]
     Format(String),
-    #[error("unknown transport {0:?} (supported: udp, tcp)")]
+    #[error("unknown transport {0:?} (supported: udp, tcp, tls)")]
     Protocol(String),
 }
 
@@ -56,6 +61,7 @@ impl FromStr for ListenSpec {
         let protocol = match proto.to_ascii_lowercase().as_str() {
             "udp" => Protocol::Udp,
             "tcp" => Protocol::Tcp,
+            "tls" => Protocol::Tls,
             _ => return Err(SpecError::Protocol(proto.to_string())),
         };
         let addr = addr.parse().map_err(|_| SpecError::Format(s.to_string()))?;

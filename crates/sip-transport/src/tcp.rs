@@ -1,11 +1,16 @@
-use crate::{Connection, Inner, SendError};
+//! Stream transports: TCP, and the stream code TLS shares once its handshake is done.
+//!
+//! Everything past the socket (framing, the limits, idle timeout, write queue, connection
+//! reuse) is generic over `AsyncRead + AsyncWrite`: [`run_connection`] takes the two halves of
+//! a plain TCP socket or of a TLS session alike.
+
+use crate::{tls, Connection, Inner, Protocol, SendError};
 use bytes::{Buf, Bytes, BytesMut};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tandem_sip::{frame_stream, parse_stream_message, Flow, ParseError, StreamFrame, Transport};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
@@ -16,7 +21,9 @@ pub(crate) fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(1024)
 }
 
-pub(crate) async fn accept_loop(inner: Arc<Inner>, listener: TcpListener, index: u16) {
+/// Accepts connections on a TCP or TLS listener (`acceptor` set: TLS).
+pub(crate) async fn accept_loop(inner: Arc<Inner>, listener: TcpListener, index: u16, acceptor: Option<tokio_rustls::TlsAcceptor>) {
+    let transport = if acceptor.is_some() { Transport::Tls } else { Transport::Tcp };
     loop {
         let (stream, remote) = match listener.accept().await {
             Ok(s) => s,
@@ -36,17 +43,20 @@ pub(crate) async fn accept_loop(inner: Arc<Inner>, listener: TcpListener, index:
         inner.stats.tcp_accepted.fetch_add(1, Ordering::Relaxed);
         let id = inner.new_connection_id();
         let (tx, rx) = mpsc::channel(inner.config.tcp_write_queue);
-        register(&inner, id, remote, tx);
-        let flow = Flow { transport: Transport::Tcp, listener: index, connection: id, remote };
-        let task = tokio::spawn(run_connection(inner.clone(), stream, rx, flow));
+        register(&inner, id, transport, remote, tx);
+        let flow = Flow { transport, listener: index, connection: id, remote };
+        let task = match &acceptor {
+            Some(acceptor) => tokio::spawn(tls::serve_accepted(inner.clone(), stream, acceptor.clone(), rx, flow)),
+            None => tokio::spawn(serve_plain(inner.clone(), stream, rx, flow)),
+        };
         inner.track(task);
     }
 }
 
-fn register(inner: &Inner, id: u64, remote: SocketAddr, writer: mpsc::Sender<Bytes>) {
+fn register(inner: &Inner, id: u64, transport: Transport, remote: SocketAddr, writer: mpsc::Sender<Bytes>) {
     let mut conns = inner.connections.lock();
-    conns.by_id.insert(id, Connection { remote, writer });
-    conns.by_remote.insert(remote, id);
+    conns.by_id.insert(id, Connection { transport, remote, writer });
+    conns.by_remote.insert((transport, remote), id);
     inner.stats.tcp_open.store(conns.by_id.len() as u64, Ordering::Relaxed);
 }
 
@@ -61,9 +71,25 @@ fn unregister(inner: &Inner, id: u64) {
 /// through the executors.
 const LINGER: std::time::Duration = std::time::Duration::from_millis(1500);
 
-async fn run_connection(inner: Arc<Inner>, stream: TcpStream, rx: mpsc::Receiver<Bytes>, flow: Flow) {
+/// A connection that ended before it carried anything (connect or handshake failed).
+pub(crate) fn close(inner: &Inner, flow: Flow) {
+    unregister(inner, flow.connection);
+    inner.sink.on_flow_closed(flow);
+}
+
+async fn serve_plain(inner: Arc<Inner>, stream: TcpStream, rx: mpsc::Receiver<Bytes>, flow: Flow) {
     let _ = stream.set_nodelay(true);
     let (read, write) = stream.into_split();
+    run_connection(inner, read, write, rx, flow).await;
+}
+
+/// Reads and writes one established connection (TCP, or TLS after its handshake) until it
+/// closes, idles out or cannot be framed; then unregisters it and reports the flow closed.
+pub(crate) async fn run_connection<R, W>(inner: Arc<Inner>, read: R, write: W, rx: mpsc::Receiver<Bytes>, flow: Flow)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let mut writer = tokio::spawn(write_loop(write, rx));
     let ended = read_loop(&inner, read, flow).await;
     if ended != ReadEnd::Idle {
@@ -71,11 +97,10 @@ async fn run_connection(inner: Arc<Inner>, stream: TcpStream, rx: mpsc::Receiver
         let _ = tokio::time::timeout(LINGER, &mut writer).await;
     }
     writer.abort();
-    unregister(&inner, flow.connection);
-    inner.sink.on_flow_closed(flow);
+    close(&inner, flow);
 }
 
-async fn write_loop(mut write: OwnedWriteHalf, mut rx: mpsc::Receiver<Bytes>) {
+async fn write_loop<W: AsyncWrite + Unpin>(mut write: W, mut rx: mpsc::Receiver<Bytes>) {
     while let Some(first) = rx.recv().await {
         if write.write_all(&first).await.is_err() {
             return;
@@ -85,6 +110,10 @@ async fn write_loop(mut write: OwnedWriteHalf, mut rx: mpsc::Receiver<Bytes>) {
             if write.write_all(&more).await.is_err() {
                 return;
             }
+        }
+        // A no-op on TCP; pushes out the records a TLS session may still hold.
+        if write.flush().await.is_err() {
+            return;
         }
     }
     let _ = write.shutdown().await;
@@ -97,7 +126,7 @@ enum ReadEnd {
     Unframeable,
 }
 
-async fn read_loop(inner: &Inner, mut read: OwnedReadHalf, flow: Flow) -> ReadEnd {
+async fn read_loop<R: AsyncRead + Unpin>(inner: &Inner, mut read: R, flow: Flow) -> ReadEnd {
     let max = inner.config.max_message_bytes;
     let limits = inner.config.parse_limits();
     let mut buf = BytesMut::with_capacity(8192);
@@ -160,7 +189,7 @@ pub(crate) fn send(inner: &Inner, flow: Flow, payload: Bytes) -> Result<(), Send
         let id = if flow.connection != 0 && conns.by_id.contains_key(&flow.connection) {
             Some(flow.connection)
         } else {
-            conns.by_remote.get(&flow.remote).copied()
+            conns.by_remote.get(&(flow.transport, flow.remote)).copied()
         };
         id.and_then(|id| conns.by_id.get(&id).map(|c| c.writer.clone()))
     };
@@ -173,10 +202,19 @@ pub(crate) fn send(inner: &Inner, flow: Flow, payload: Bytes) -> Result<(), Send
     }
 }
 
-/// Opens a connection in the background; the payload waits in its queue.
+/// Opens a connection (TCP, or TLS when `flow.transport` is TLS) in the background; the
+/// payload waits in its queue.
 fn connect(inner: &Inner, flow: Flow, payload: Bytes) -> Result<(), SendError> {
     let Some(owner) = inner.self_arc() else {
-        return Err(SendError::NoListener(Transport::Tcp));
+        return Err(SendError::NoListener(flow.transport));
+    };
+    let (transport, protocol) = match flow.transport {
+        Transport::Tls => (Transport::Tls, Protocol::Tls),
+        _ => (Transport::Tcp, Protocol::Tcp),
+    };
+    let connector = match transport {
+        Transport::Tls => Some(inner.tls_connector.clone().ok_or(SendError::NoTlsClient)?),
+        _ => None,
     };
     if !inner.connections.lock().admit(flow.remote.ip(), &inner.config) {
         inner.stats.tcp_refused.fetch_add(1, Ordering::Relaxed);
@@ -185,17 +223,19 @@ fn connect(inner: &Inner, flow: Flow, payload: Bytes) -> Result<(), SendError> {
     let id = inner.new_connection_id();
     let (tx, rx) = mpsc::channel(inner.config.tcp_write_queue);
     let _ = tx.try_send(payload);
-    register(inner, id, flow.remote, tx);
-    let listener = inner.listeners.iter().position(|l| l.protocol == crate::Protocol::Tcp).unwrap_or(0) as u16;
-    let flow = Flow { transport: Transport::Tcp, listener, connection: id, remote: flow.remote };
+    register(inner, id, transport, flow.remote, tx);
+    let listener = inner.listeners.iter().position(|l| l.protocol == protocol).unwrap_or(0) as u16;
+    let flow = Flow { transport, listener, connection: id, remote: flow.remote };
     let task = tokio::spawn(async move {
         let timeout = owner.config.tcp_connect_timeout;
         match tokio::time::timeout(timeout, TcpStream::connect(flow.remote)).await {
-            Ok(Ok(stream)) => run_connection(owner, stream, rx, flow).await,
+            Ok(Ok(stream)) => match connector {
+                Some(connector) => tls::serve_connected(owner, stream, connector, rx, flow).await,
+                None => serve_plain(owner, stream, rx, flow).await,
+            },
             _ => {
                 tracing::debug!(remote = %flow.remote, "tcp connect failed");
-                unregister(&owner, id);
-                owner.sink.on_flow_closed(flow);
+                close(&owner, flow);
             }
         }
     });

@@ -1,4 +1,5 @@
 use super::*;
+use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
@@ -149,4 +150,159 @@ fn listen_specs() {
     assert_eq!(s.to_string(), "tcp:[::1]:5060");
     assert!("sctp:127.0.0.1:1".parse::<ListenSpec>().is_err());
     assert!("udp:localhost".parse::<ListenSpec>().is_err());
+}
+
+// ---- TLS ----
+
+/// A development CA and a leaf for 127.0.0.1 signed by it: (ca PEM, leaf chain PEM, key PEM).
+fn test_pki() -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let leaf =
+        CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap().signed_by(&key, &ca, &ca_key).unwrap();
+    (ca.pem(), leaf.pem(), key.serialize_pem())
+}
+
+fn tls_config(pki: &(String, String, String)) -> TlsConfig {
+    let (ca, chain, key) = pki;
+    let p = std::path::Path::new("test");
+    TlsConfig {
+        server: Some(server_config(chain.as_bytes(), key.as_bytes(), p, p).unwrap()),
+        client: Some(client_config(Some((ca.as_bytes(), p)), false).unwrap()),
+    }
+}
+
+async fn start_tls(config: TransportConfig) -> (Transports, Arc<Collect>, SocketAddr) {
+    let sink = Arc::new(Collect::default());
+    let specs: Vec<ListenSpec> = vec!["tcp:127.0.0.1:0".parse().unwrap(), "tls:127.0.0.1:0".parse().unwrap()];
+    let t = Transports::bind(&specs, config, sink.clone()).await.unwrap();
+    let addr = t.local_addrs()[1].1;
+    (t, sink, addr)
+}
+
+async fn tls_client(ca: &str, server: SocketAddr) -> tokio_rustls::client::TlsStream<TcpStream> {
+    let config = client_config(Some((ca.as_bytes(), std::path::Path::new("ca"))), false).unwrap();
+    let connector = tokio_rustls::TlsConnector::from(config);
+    let tcp = TcpStream::connect(server).await.unwrap();
+    let name = rustls_pki_types::ServerName::IpAddress(server.ip().into());
+    connector.connect(name, tcp).await.unwrap()
+}
+
+#[tokio::test]
+async fn tls_round_trip_in_and_out() {
+    let pki = test_pki();
+    let (t, sink, server) = start_tls(TransportConfig { tls: tls_config(&pki), ..Default::default() }).await;
+    assert_eq!(t.local_addrs()[1].0, Protocol::Tls);
+    assert_eq!(t.listener_for(Transport::Tls).map(|(i, _)| i), Some(1));
+    // Incoming: a TLS client's message is framed like TCP's, answered on the same connection.
+    let mut client = tls_client(&pki.0, server).await;
+    client.write_all(OPTIONS.as_bytes()).await.unwrap();
+    wait_for(|| sink.messages.lock().len() == 1).await;
+    let flow = sink.messages.lock()[0].1;
+    assert_eq!((flow.transport, flow.listener), (Transport::Tls, 1));
+    t.send(flow, Bytes::from_static(b"SIP/2.0 200 OK\r\n\r\n")).unwrap();
+    let mut buf = [0u8; 18];
+    client.read_exact(&mut buf).await.unwrap();
+    assert_eq!(&buf, b"SIP/2.0 200 OK\r\n\r\n");
+
+    // Outgoing: another transport instance connects to it over TLS, reusing one connection.
+    let (peer, peer_sink, _) = start_tls(TransportConfig { tls: tls_config(&pki), ..Default::default() }).await;
+    let out = Flow { transport: Transport::Tls, listener: 0, connection: 0, remote: server };
+    peer.send(out, Bytes::from(OPTIONS.replace("c1", "c2"))).unwrap();
+    peer.send(out, Bytes::from(OPTIONS.replace("c1", "c3"))).unwrap();
+    wait_for(|| sink.messages.lock().len() == 3).await;
+    assert_eq!(sink.messages.lock()[2].0.call_id(), "c3");
+    assert_eq!(peer.open_connections(), 1, "the second message reused the connection");
+    let back = sink.messages.lock()[2].1;
+    t.send(back, Bytes::from(OPTIONS.replace("c1", "c4"))).unwrap();
+    wait_for(|| peer_sink.messages.lock().len() == 1).await;
+    assert_eq!(peer_sink.messages.lock()[0].1.transport, Transport::Tls);
+    assert_eq!(t.stats().tls_handshake_failed.load(Ordering::Relaxed), 0);
+    t.shutdown();
+    peer.shutdown();
+}
+
+#[tokio::test]
+async fn tls_untrusted_server_and_missing_client_config() {
+    let pki = test_pki();
+    let (t, sink, server) = start_tls(TransportConfig { tls: tls_config(&pki), ..Default::default() }).await;
+    // The peer trusts another CA: the handshake fails, the flow is reported closed.
+    let other = test_pki();
+    let (peer, peer_sink, _) = start_tls(TransportConfig { tls: tls_config(&other), ..Default::default() }).await;
+    let out = Flow { transport: Transport::Tls, listener: 0, connection: 0, remote: server };
+    peer.send(out, Bytes::from(OPTIONS)).unwrap();
+    wait_for(|| peer_sink.closed.lock().iter().any(|f| f.remote == server)).await;
+    assert_eq!(peer.stats().tls_handshake_failed.load(Ordering::Relaxed), 1);
+    wait_for(|| peer.open_connections() == 0).await;
+    // The insecure option accepts it.
+    let p = std::path::Path::new("test");
+    let insecure = TlsConfig { server: tls_config(&other).server, client: Some(client_config(None, true).unwrap()) };
+    let (peer2, _s, _) = start_tls(TransportConfig { tls: insecure, ..Default::default() }).await;
+    peer2.send(out, Bytes::from(OPTIONS)).unwrap();
+    wait_for(|| sink.messages.lock().len() == 1).await;
+    // Without a client configuration, outgoing TLS is refused at once.
+    let server_only = TlsConfig { server: Some(server_config(pki.1.as_bytes(), pki.2.as_bytes(), p, p).unwrap()), client: None };
+    let (peer3, _s3, _) = start_tls(TransportConfig { tls: server_only, ..Default::default() }).await;
+    assert_eq!(peer3.send(out, Bytes::from(OPTIONS)), Err(SendError::NoTlsClient));
+    // Without a server configuration, a TLS listener cannot be bound.
+    let specs: Vec<ListenSpec> = vec!["tls:127.0.0.1:0".parse().unwrap()];
+    let err = Transports::bind(&specs, TransportConfig::default(), Arc::new(Collect::default())).await.err().unwrap();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    for x in [t, peer, peer2, peer3] {
+        x.shutdown();
+    }
+}
+
+#[tokio::test]
+async fn tls_truncated_handshake_and_garbage_do_not_block_others() {
+    let pki = test_pki();
+    let config = TransportConfig { tls: tls_config(&pki), tls_handshake_timeout: Duration::from_millis(500), ..Default::default() };
+    let (t, sink, server) = start_tls(config).await;
+    // Half a ClientHello (record header announcing 512 bytes, then a few), then silence.
+    let mut stalled = TcpStream::connect(server).await.unwrap();
+    stalled.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03]).await.unwrap();
+    // Garbage instead of a ClientHello.
+    let mut garbage = TcpStream::connect(server).await.unwrap();
+    garbage.write_all(OPTIONS.as_bytes()).await.unwrap();
+    // Meanwhile a proper client is served at once.
+    let started = std::time::Instant::now();
+    let mut client = tls_client(&pki.0, server).await;
+    client.write_all(OPTIONS.as_bytes()).await.unwrap();
+    wait_for(|| sink.messages.lock().len() == 1).await;
+    assert!(started.elapsed() < Duration::from_millis(400), "served while another handshake stalls");
+    let mut buf = [0u8; 16];
+    let n = tokio::time::timeout(Duration::from_secs(2), garbage.read(&mut buf)).await.unwrap().unwrap_or(0);
+    assert!(n == 0 || !buf[..n].starts_with(b"SIP"), "garbage gets no SIP answer");
+    // The stalled handshake is dropped after the timeout.
+    let n = tokio::time::timeout(Duration::from_secs(3), stalled.read(&mut buf)).await.unwrap().unwrap_or(0);
+    assert_eq!(n, 0, "stalled handshake closed");
+    wait_for(|| t.stats().tls_handshake_failed.load(Ordering::Relaxed) == 2).await;
+    // Only the good connection is left, and it still works.
+    wait_for(|| t.open_connections() == 1).await;
+    let flow = sink.messages.lock()[0].1;
+    t.send(flow, Bytes::from_static(b"pong")).unwrap();
+    let mut pong = [0u8; 4];
+    client.read_exact(&mut pong).await.unwrap();
+    assert_eq!(&pong, b"pong");
+    assert_eq!(sink.messages.lock().len(), 1, "nothing from the bad connections reached the stack");
+    t.shutdown();
+}
+
+#[test]
+fn tls_listen_spec_and_pem_errors() {
+    let s: ListenSpec = "tls:127.0.0.1:5061".parse().unwrap();
+    assert_eq!((s.protocol, s.addr.port()), (Protocol::Tls, 5061));
+    assert_eq!(s.to_string(), "tls:127.0.0.1:5061");
+    assert_eq!(Protocol::Tls.transport(), Transport::Tls);
+    let p = std::path::Path::new("x.pem");
+    assert!(matches!(server_config(b"", b"", p, p), Err(TlsError::NoCertificate(_))));
+    let pki = test_pki();
+    assert!(matches!(server_config(pki.1.as_bytes(), b"nope", p, p), Err(TlsError::NoPrivateKey(_))));
+    let missing = TlsConfig::from_files(Some(std::path::Path::new("/nonexistent/cert.pem")), Some(p), None, false);
+    assert!(matches!(missing, Err(TlsError::Io { .. })));
+    assert!(TlsConfig::from_files(None, None, None, false).unwrap().client.is_none());
 }

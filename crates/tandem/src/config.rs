@@ -5,7 +5,7 @@ use serde::Deserialize;
 use std::time::Duration;
 use tandem_container::{ContainerConfig, RouteRule};
 use tandem_services::{B2buaConfig, DatingConfig, MediaConfig, ProxyConfig, UasConfig};
-use tandem_transport::{ListenSpec, TransportConfig};
+use tandem_transport::{ListenSpec, Protocol, TlsConfig, TransportConfig};
 
 pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
 
@@ -17,6 +17,8 @@ pub struct Config {
     pub container: ContainerConfig,
     #[serde(default)]
     pub transport: TransportSection,
+    #[serde(default)]
+    pub tls: TlsSection,
     #[serde(default)]
     pub uas: UasConfig,
     #[serde(default)]
@@ -84,7 +86,47 @@ impl TransportSection {
     }
 }
 
+/// `[tls]`: PEM files for `tls:` listeners and outgoing TLS (`tandem cert` writes a
+/// development set).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsSection {
+    /// Certificate chain (leaf first) presented by `tls:` listeners.
+    pub certificate: Option<std::path::PathBuf>,
+    pub private_key: Option<std::path::PathBuf>,
+    /// Trust roots for outgoing TLS connections; without it (and without
+    /// insecure_skip_verify) Tandem does not connect out over TLS.
+    pub ca: Option<std::path::PathBuf>,
+    /// Development only: accept any server certificate on outgoing TLS.
+    pub insecure_skip_verify: bool,
+    #[serde(with = "humantime_serde")]
+    pub handshake_timeout: Duration,
+}
+
+impl Default for TlsSection {
+    fn default() -> Self {
+        TlsSection {
+            certificate: None,
+            private_key: None,
+            ca: None,
+            insecure_skip_verify: false,
+            handshake_timeout: TransportConfig::default().tls_handshake_timeout,
+        }
+    }
+}
+
 impl Config {
+    /// The transport settings, with the TLS material read from its PEM files.
+    pub fn transport_config(&self) -> Result<TransportConfig> {
+        let t = &self.tls;
+        if t.insecure_skip_verify {
+            tracing::warn!("tls.insecure_skip_verify is set: outgoing TLS does not check server certificates");
+        }
+        let tls = TlsConfig::from_files(t.certificate.as_deref(), t.private_key.as_deref(), t.ca.as_deref(), t.insecure_skip_verify)
+            .context("loading the [tls] certificates")?;
+        Ok(TransportConfig { tls, tls_handshake_timeout: t.handshake_timeout, ..self.transport.to_config() })
+    }
+
     /// Reads the file (or the embedded default), applies `--set KEY=VALUE` overrides, checks.
     pub fn load(file: Option<&std::path::Path>, sets: &[String]) -> Result<Config> {
         let text = match file {
@@ -98,7 +140,22 @@ impl Config {
             apply_set(&mut value, set)?;
         }
         let config: Config = toml::Value::Table(value).try_into().context("invalid configuration")?;
-        config.listen_specs()?;
+        let specs = config.listen_specs()?;
+        if let Some(spec) = specs.iter().find(|s| s.protocol == Protocol::Tls) {
+            if config.tls.certificate.is_none() || config.tls.private_key.is_none() {
+                bail!(
+                    "listening on {spec} needs a certificate: set tls.certificate and tls.private_key \
+                     (PEM files; `tandem cert --out-dir DIR` writes a development pair)"
+                );
+            }
+        }
+        let tls_hops = [("proxy.next_hop", &config.proxy.next_hop), ("b2bua.next_hop", &config.b2bua.next_hop)];
+        for (key, hop) in tls_hops {
+            let tls_hop = hop.as_deref().is_some_and(|h| h.get(..4).is_some_and(|p| p.eq_ignore_ascii_case("tls:")));
+            if tls_hop && config.tls.ca.is_none() && !config.tls.insecure_skip_verify {
+                bail!("{key} is a TLS destination: set tls.ca (PEM trust roots for outgoing TLS)");
+            }
+        }
         for (service, name) in &config.negotiator {
             name.parse::<tandem_engine::Negotiator>().map_err(|e| anyhow::anyhow!("negotiator.{service}: {e}"))?;
         }
@@ -176,5 +233,22 @@ mod tests {
         assert!(Config::load(None, &["server.listen=[\"sctp:1.2.3.4:5\"]".into()]).is_err());
         assert!(Config::load(None, &["nokey".into()]).is_err());
         assert!(Config::load(None, &["uas.colour=1".into()]).is_err());
+    }
+
+    #[test]
+    fn tls_listener_needs_a_certificate() {
+        let listen = "server.listen=[\"tls:127.0.0.1:5061\"]".to_string();
+        let err = Config::load(None, std::slice::from_ref(&listen)).unwrap_err();
+        assert!(format!("{err:#}").contains("tls.certificate"), "{err:#}");
+        let sets = [listen, "tls.certificate=/x/cert.pem".into(), "tls.private_key=/x/key.pem".into(), "tls.handshake_timeout=2s".into()];
+        let c = Config::load(None, &sets).unwrap();
+        assert_eq!(c.tls.handshake_timeout, Duration::from_secs(2));
+        assert!(!c.tls.insecure_skip_verify);
+        // The files are read when the transports are configured.
+        assert!(format!("{:#}", c.transport_config().unwrap_err()).contains("/x/cert.pem"));
+        assert!(Config::load(None, &[]).unwrap().transport_config().unwrap().tls.server.is_none());
+        let err = Config::load(None, &["proxy.next_hop=tls:127.0.0.1:5061".into()]).unwrap_err();
+        assert!(format!("{err:#}").contains("tls.ca"), "{err:#}");
+        assert!(Config::load(None, &["b2bua.next_hop=TLS:127.0.0.1:5061".into(), "tls.ca=/x/ca.pem".into()]).is_ok());
     }
 }

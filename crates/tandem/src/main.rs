@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod admin;
+mod cert;
 mod config;
 
 use anyhow::{Context as _, Result};
@@ -36,6 +37,16 @@ enum Command {
         /// Output file (default: standard output).
         #[arg(short = 'o', long = "output")]
         output: Option<PathBuf>,
+    },
+    /// Write a self-signed development CA, and a certificate and key signed by it, for TLS.
+    Cert {
+        /// Directory for ca.pem, cert.pem and key.pem (created if missing).
+        #[arg(long = "out-dir", value_name = "DIR")]
+        out_dir: PathBuf,
+        /// A DNS name or IP address the certificate is for; repeatable
+        /// (default: localhost, 127.0.0.1, ::1).
+        #[arg(long = "host", value_name = "NAME")]
+        hosts: Vec<String>,
     },
 }
 
@@ -76,7 +87,7 @@ struct RunArgs {
     /// TOML configuration file (default: the embedded configuration).
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Listen on PROTO:IP:PORT (udp or tcp); repeatable; replaces server.listen.
+    /// Listen on PROTO:IP:PORT (udp, tcp or tls); repeatable; replaces server.listen.
     #[arg(long = "listen", value_name = "PROTO:IP:PORT")]
     listen: Vec<String>,
     /// Admin endpoint address (metrics, health); replaces server.admin.
@@ -97,6 +108,7 @@ fn main() -> Result<()> {
         Command::Diagram { file, format, output } => diagram(&file, &format, output.as_deref()),
         Command::Run(args) => serve(args),
         Command::Db(args) => database(args),
+        Command::Cert { out_dir, hosts } => cert::write(&out_dir, &hosts),
     }
 }
 
@@ -209,7 +221,7 @@ async fn run(args: RunArgs) -> Result<()> {
     }
     let settings = ContainerSettings { container: config.container.clone(), routes };
     let listen = config.listen_specs()?;
-    let container = Arc::new(Container::start(settings, services, &listen, config.transport.to_config()).await?);
+    let container = Arc::new(Container::start(settings, services, &listen, config.transport_config()?).await?);
     for (protocol, addr) in container.local_addrs() {
         println!("listening on {}:{addr}", protocol.as_str());
     }
