@@ -322,7 +322,7 @@ mod tests {
         // A database of its own, so that other users of the server do not disturb the counts.
         let admin = Database::connect(&DatabaseConfig { url: url.clone(), ..memory() }).await.expect("connect");
         let name = format!("tandem_unit_{}", std::process::id());
-        sqlx::query(&format!("DROP DATABASE IF EXISTS {name}")).execute(&admin.pool).await.expect("drop");
+        sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&admin.pool).await.expect("drop");
         sqlx::query(&format!("CREATE DATABASE {name}")).execute(&admin.pool).await.expect("create");
         let own = match url.rfind('/') {
             Some(i) if i > url.find("://").map_or(0, |s| s + 2) => format!("{}/{name}", &url[..i]),
@@ -332,7 +332,7 @@ mod tests {
         assert_eq!(db.backend(), Backend::Postgres);
         exercise(&db).await;
         db.close().await;
-        sqlx::query(&format!("DROP DATABASE IF EXISTS {name}")).execute(&admin.pool).await.expect("drop");
+        sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&admin.pool).await.expect("drop");
     }
 
     #[test]
