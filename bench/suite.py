@@ -166,6 +166,15 @@ def main(argv=None):
     return 0
 
 
+def replot(out_dir, base):
+    """Plots and markdown again from an existing <base>.json (no measurement)."""
+    with open(os.path.join(out_dir, base + ".json")) as f:
+        suite = json.load(f)
+    plots = plot(suite, out_dir, base)
+    with open(os.path.join(out_dir, base + ".md"), "w") as f:
+        f.write(markdown(suite, plots))
+
+
 def fmt(v, f="%.0f"):
     return "–" if v is None else f % v
 
@@ -231,13 +240,16 @@ def plot(suite, out_dir, base):
     series += [("kamailio200", tr, v) for tr, v in suite["kamailio"].get("proxy200", {}).items()]
     if series:
         fig, axes = plt.subplots(1, 2, figsize=(13, 5))
-        for sc, tr, v in series:
+        colors = plt.get_cmap("tab20").colors
+        for i, (sc, tr, v) in enumerate(series):
             st = v["steps"]
             if not st:
                 continue
             rates = [s["rate"] for s in st]
-            axes[0].plot(rates, [s["rate"] * s["success_ratio"] for s in st], marker="o", label="%s %s" % (sc, tr))
-            axes[1].plot(rates, [s["p99_ms"] for s in st], marker="o", label="%s %s" % (sc, tr))
+            style = {"marker": "o" if tr == "udp" else "s", "color": colors[i % len(colors)],
+                     "linestyle": "--" if sc == "kamailio200" else "-"}
+            axes[0].plot(rates, [s["rate"] * s["success_ratio"] for s in st], label="%s %s" % (sc, tr), **style)
+            axes[1].plot(rates, [s["p99_ms"] for s in st], label="%s %s" % (sc, tr), **style)
         axes[0].plot([0, suite["parameters"]["max_rate"]], [0, suite["parameters"]["max_rate"]], "k:", lw=0.8)
         axes[0].set(xlabel="offered load (calls/s)", ylabel="successful calls/s", title="Throughput vs offered load")
         axes[1].set(xlabel="offered load (calls/s)", ylabel="p99 setup delay (ms)", yscale="log", title="p99 setup delay vs load")
@@ -268,4 +280,7 @@ def plot(suite, out_dir, base):
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--replot"]:
+        replot(os.path.join(HERE, "results"), sys.argv[2] if len(sys.argv) > 2 else "suite")
+        sys.exit(0)
     sys.exit(main())
