@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Setup delay with microsecond resolution, from a packet capture of the client leg.
+
+SIPp's response-time trace has 1 ms resolution. Here tcpdump (Debian `tcpdump`) captures the
+server's SIP port on loopback during one fixed-rate step of bench/find_max_rate.py's rig, and
+the delay of each call is taken from the capture's timestamps: first INVITE from the caller
+to the server → first 200 OK (CSeq INVITE) from the server back to that caller. The same rate
+is run for each server named, one after the other, so Tandem and Kamailio are compared
+side by side:
+
+    python3 bench/capture_latency.py --rate 4000 --scenarios proxy200,kamailio200
+
+Prints p50/p90/p95/p99/p99.9 in microseconds per scenario and writes them as JSON with --json
+(bench/results/capture-latency.json by default). Needs root (or CAP_NET_RAW) for tcpdump.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+import find_max_rate as fmr  # noqa: E402
+
+
+def packets(path):
+    """(timestamp_s, src_port, dst_port, payload) of UDP/IPv4 packets in a pcap (Ethernet or
+    Linux cooked), microsecond or nanosecond timestamps."""
+    with open(path, "rb") as f:
+        head = f.read(24)
+        if len(head) < 24:
+            return
+        magic = struct.unpack("<I", head[:4])[0]
+        if magic in (0xA1B2C3D4, 0xA1B23C4D):
+            endian = "<"
+        else:
+            endian = ">"
+            magic = struct.unpack(">I", head[:4])[0]
+        scale = 1e-9 if magic == 0xA1B23C4D else 1e-6
+        linktype = struct.unpack(endian + "I", head[20:24])[0]
+        link_len = {1: 14, 113: 16, 276: 20}.get(linktype)
+        if link_len is None:
+            raise RuntimeError("unsupported pcap link type %d" % linktype)
+        while True:
+            rec = f.read(16)
+            if len(rec) < 16:
+                return
+            sec, frac, incl, _ = struct.unpack(endian + "IIII", rec)
+            data = f.read(incl)
+            ip = data[link_len:]
+            if len(ip) < 28 or ip[0] >> 4 != 4 or ip[9] != 17:
+                continue
+            ihl = (ip[0] & 0x0F) * 4
+            sport, dport = struct.unpack(">HH", ip[ihl:ihl + 4])
+            yield sec + frac * scale, sport, dport, ip[ihl + 8:]
+
+
+def header(payload, name):
+    for line in payload.split(b"\r\n")[1:]:
+        if not line:
+            break
+        k, _, v = line.partition(b":")
+        if k.strip().lower() == name:
+            return v.strip()
+    return None
+
+
+def setup_delays_us(path, server_port):
+    invites, delays = {}, []
+    for ts, sport, dport, payload in packets(path):
+        if dport == server_port and payload.startswith(b"INVITE "):
+            cid = header(payload, b"call-id")
+            if cid is not None and cid not in invites:
+                invites[cid] = (ts, sport)
+        elif sport == server_port and payload.startswith(b"SIP/2.0 200"):
+            cseq = header(payload, b"cseq") or b""
+            cid = header(payload, b"call-id")
+            start = invites.get(cid)
+            if cseq.endswith(b"INVITE") and start and dport == start[1]:
+                delays.append((ts - start[0]) * 1e6)
+                invites[cid] = (float("inf"), -1)  # count the first 200 only
+    return sorted(d for d in delays if d >= 0)
+
+
+def run(args, scenario):
+    ns = argparse.Namespace(**vars(args))
+    ns.transport = "udp"
+    work = tempfile.mkdtemp(prefix="tandem-capture-")
+    rig = fmr.Rig(ns, scenario, work)
+    pcap = os.path.join(work, "client.pcap")
+    dump = None
+    try:
+        rig.start()
+        dump = subprocess.Popen(["tcpdump", "-i", "lo", "-n", "-s", "700", "-B", "65536", "-w", pcap,
+                                 "udp port %d" % rig.port], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        time.sleep(1.0)
+        step = rig.step(args.rate)
+    finally:
+        if dump is not None:
+            os.killpg(dump.pid, signal.SIGINT)
+            err = dump.communicate(timeout=30)[1].decode(errors="replace")
+        else:
+            err = ""
+        rig.stop()
+    lat = setup_delays_us(pcap, rig.port)
+    dropped = next((line for line in err.splitlines() if "dropped by kernel" in line), "")
+    shutil.rmtree(work, ignore_errors=True)
+    pct = {("p%s" % q).replace(".", "_"): fmr.percentile(lat, q) for q in (50, 90, 95, 99, 99.9)}
+    return {"scenario": scenario, "rate": args.rate, "calls": step["calls"], "success_ratio": step["success_ratio"],
+            "calls_measured": len(lat), "setup_us": pct, "sipp_p99_ms": step["p99_ms"], "tcpdump": dropped.strip()}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--binary", default=os.path.join(REPO, "target", "release", "tandem"))
+    ap.add_argument("--scenarios", default="proxy200,kamailio200")
+    ap.add_argument("--rate", type=int, default=4000)
+    ap.add_argument("--duration", type=int, default=10)
+    ap.add_argument("--set", action="append", default=[])
+    ap.add_argument("--sipp-buffer", type=int, default=4 * 1024 * 1024)
+    ap.add_argument("--kamailio-shm", type=int, default=2048)
+    ap.add_argument("--kamailio-pkg", type=int, default=32)
+    ap.add_argument("--kamailio-children", type=int, default=2)
+    ap.add_argument("--kamailio-mem", default="tlsf")
+    ap.add_argument("--json", default=os.path.join(HERE, "results", "capture-latency.json"))
+    args = ap.parse_args(argv)
+    args.binary = os.path.abspath(args.binary)
+    if not shutil.which("tcpdump"):
+        sys.exit("tcpdump not found: apt-get install tcpdump")
+    results = []
+    for scenario in [s for s in args.scenarios.split(",") if s]:
+        r = run(args, scenario)
+        results.append(r)
+        u = r["setup_us"]
+        print("%-12s %5d calls/s  measured %6d of %6d  p50 %7s  p90 %7s  p95 %7s  p99 %7s  p99.9 %7s µs  %s" % (
+            scenario, r["rate"], r["calls_measured"], r["calls"], *("%.0f" % u[k] if u[k] is not None else "-"
+                                                                    for k in ("p50", "p90", "p95", "p99", "p99_9")),
+            r["tcpdump"]), flush=True)
+    out = {"machine": fmr.machine(), "git_rev": fmr.git_rev(), "method": __doc__.split("\n\n")[1].replace("\n", " "),
+           "results": results}
+    with open(args.json, "w") as f:
+        json.dump(out, f, indent=1)
+    print("wrote", os.path.relpath(args.json, REPO))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
