@@ -94,41 +94,33 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def session_cpu_seconds(sid):
-    """utime+stime summed over every process of session `sid` (a server started with
-    start_new_session: Kamailio's main process and its workers; tandem alone)."""
-    total, found = 0.0, False
+def session_pids(sid):
+    """PIDs of every process of session `sid` (a server started with start_new_session:
+    Kamailio's main process and its workers; tandem alone)."""
+    pids = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
             with open("/proc/%s/stat" % d) as f:
                 st = f.read()
-        except OSError:
+            if int(st[st.rindex(")") + 2:].split()[3]) == sid:
+                pids.append(int(d))
+        except (OSError, ValueError, IndexError):
             continue
-        fields = st[st.rindex(")") + 2:].split()
-        if int(fields[3]) == sid:
-            total += (int(fields[11]) + int(fields[12])) / CLK_TCK
-            found = True
-    return total if found else None
+    return pids
+
+
+def session_cpu_seconds(sid):
+    """utime+stime summed over the session's processes; None if none is left."""
+    times = [t for t in map(cpu_seconds, session_pids(sid)) if t is not None]
+    return sum(times) if times else None
 
 
 def session_rss_kib(sid):
     """RSS summed over the session's processes (shared memory counted once per process
     that touched it: an upper bound for Kamailio)."""
-    total = 0
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % d) as f:
-                st = f.read()
-            if int(st[st.rindex(")") + 2:].split()[3]) != sid:
-                continue
-        except (OSError, ValueError, IndexError):
-            continue
-        total += rss_kib(int(d)) or 0
-    return total or None
+    return sum(rss_kib(p) or 0 for p in session_pids(sid)) or None
 
 
 def machine_busy_seconds():

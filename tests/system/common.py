@@ -906,6 +906,22 @@ def metric_sum(samples, name, **labels):
     return sum(vals) if vals else None
 
 
+def wait_sessions_drained(t, timeout=15.0, what="tandem"):
+    """Poll t's /metrics until it holds no application or SIP session; returns the metrics.
+    Fails naming what is left after `timeout` seconds (a leg left behind)."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        status, body = t.get("/metrics")
+        check(status == 200, "GET /metrics answered %s" % status)
+        m = parse_metrics(body)
+        last = (metric_sum(m, "tandem_app_sessions"), metric_sum(m, "tandem_sip_sessions"))
+        if last == (0, 0):
+            return m
+        time.sleep(0.3)
+    raise Failure("%s still holds sessions %s s after the calls (app, sip) = %s" % (what, timeout, last))
+
+
 def requests_in(samples, method, transport=None):
     """tandem_messages_in_total for requests of `method` (status_class="request" when the
     metric carries that label; otherwise all samples of the method)."""

@@ -42,17 +42,7 @@ SCEN = os.path.join(HERE, "scenarios")
 
 
 def wait_drained(t, timeout=15.0):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        status, body = t.get("/metrics")
-        check(status == 200, "GET /metrics answered %s" % status)
-        m = common.parse_metrics(body)
-        last = (common.metric_sum(m, "tandem_app_sessions"), common.metric_sum(m, "tandem_sip_sessions"))
-        if last == (0, 0):
-            return m
-        time.sleep(0.3)
-    raise common.Failure("b2bua still holds sessions %s s after the calls (app, sip) = %s" % (timeout, last))
+    return common.wait_sessions_drained(t, timeout, what="b2bua")
 
 
 def b2bua_metric(samples, name, service):
