@@ -566,6 +566,19 @@ class BackgroundSipp:
     def stats(self):
         return read_sipp_stats(self.files["stat"])
 
+    def result(self, timeout):
+        """Waits up to `timeout` s for it to exit; its SippResult (timed out if still running)."""
+        rc = self.wait(timeout=timeout)
+        return SippResult(self.name, rc, rc is None, self.stats(), self.files)
+
+    def check_completed(self, calls, timeout=30, label=None):
+        """Waits for it to exit and checks exit 0 with `calls` successful calls; returns the result."""
+        st = self.result(timeout)
+        self.env.log(st.summary())
+        check(st.rc == 0 and st.stat("SuccessfulCall(C)") == calls,
+              "%s: %s; expected exit 0 and %d successful calls" % (label or "sipp " + self.name, st.summary(), calls))
+        return st
+
     def stop(self):
         if self.proc is not None:
             stop_process(self.proc, timeout=5)

@@ -63,11 +63,7 @@ def run_case(env, transport, case):
             ], timeout=120)
             env.log(res.summary())
             common.check_sipp_all_ok(res, CALLS)
-            rc = callee.wait(timeout=30)
-            st = common.SippResult("callee", rc, rc is None, callee.stats(), callee.files)
-            env.log(st.summary())
-            check(rc == 0 and st.stat("SuccessfulCall(C)") == CALLS,
-                  "sipp callee: %s; expected exit 0 and %d successful calls" % (st.summary(), CALLS))
+            callee.check_completed(CALLS, label="sipp callee")
             wait_drained(t)
             check(t.alive(), "tandem exited during the run (code %s)" % t.proc.returncode)
             t.stop()

@@ -87,15 +87,10 @@ def run_calls(env, service, db_url, transport="udp", calls=100, rate=20, caller=
                 runner = common.BackgroundSipp(env, "caller_%s" % transport, args)
                 with runner:
                     during(t)
-                    rc = runner.wait(timeout=60)
-                    res = common.SippResult("caller", rc, rc is None, runner.stats(), runner.files)
+                    res = runner.result(timeout=60)
             env.log(res.summary())
             common.check_sipp_all_ok(res, calls)
-            rc = callee.wait(timeout=30)
-            st = common.SippResult("callee", rc, rc is None, callee.stats(), callee.files)
-            env.log(st.summary())
-            check(rc == 0 and st.stat("SuccessfulCall(C)") == calls,
-                  "sipp callee: %s; expected exit 0 and %d successful calls" % (st.summary(), calls))
+            callee.check_completed(calls, label="sipp callee")
             metrics = wait_drained(t)
             # Billing is written after the call's last message: give the pool a moment.
             deadline = time.monotonic() + 10
