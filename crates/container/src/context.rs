@@ -45,6 +45,12 @@ impl<'a> Context<'a> {
         }
     }
 
+    /// Whether a URI designates this server (one of its listening addresses or its
+    /// advertised host), e.g. the Request-URI `sip:bob@<this server>`.
+    pub fn is_local_uri(&self, uri: &tandem_sip::Uri<'_>) -> bool {
+        matches!(uri, tandem_sip::Uri::Sip(sip) if self.st.locals.is_local_uri(sip))
+    }
+
     pub fn random_u64(&mut self) -> u64 {
         self.st.ids.u64()
     }
@@ -416,7 +422,7 @@ impl<'a> Context<'a> {
 
     /// Forwards the request statefully (ACK statelessly); responses are relayed upstream
     /// by the container.
-    pub fn proxy(&mut self, req: &Request<'_>, options: ProxyOptions) -> Result<(), ContainerError> {
+    pub fn proxy(&mut self, req: &Request<'_>, options: ProxyOptions<'_>) -> Result<(), ContainerError> {
         self.st.proxy_request(self.now, req, self.service, options)
     }
 

@@ -76,14 +76,20 @@ impl Destination {
         Some(Destination { transport, addr: SocketAddr::new(ip, sip.port.unwrap_or(default_port)) })
     }
 
-    /// `IP:PORT` (UDP) or `tcp:IP:PORT` / `udp:IP:PORT` / `tls:IP:PORT`, as in `proxy.next_hop`.
+    /// `IP:PORT` (UDP) or `PROTO:IP:PORT` with PROTO one of udp, tcp, tls, ws, wss, inproc, as
+    /// in `proxy.next_hop`.
     pub fn parse(s: &str) -> Option<Destination> {
-        let (transport, addr) = match s.split_once(':') {
-            Some((p, rest)) if p.eq_ignore_ascii_case("tcp") => (Transport::Tcp, rest),
-            Some((p, rest)) if p.eq_ignore_ascii_case("tls") => (Transport::Tls, rest),
-            Some((p, rest)) if p.eq_ignore_ascii_case("udp") => (Transport::Udp, rest),
-            _ => (Transport::Udp, s),
-        };
+        const PROTOCOLS: [(&str, Transport); 6] = [
+            ("udp", Transport::Udp),
+            ("tcp", Transport::Tcp),
+            ("tls", Transport::Tls),
+            ("ws", Transport::Ws),
+            ("wss", Transport::Wss),
+            ("inproc", Transport::InProc),
+        ];
+        let named =
+            s.split_once(':').and_then(|(p, rest)| PROTOCOLS.iter().find(|(n, _)| p.eq_ignore_ascii_case(n)).map(|(_, t)| (*t, rest)));
+        let (transport, addr) = named.unwrap_or((Transport::Udp, s));
         Some(Destination { transport, addr: addr.parse().ok()? })
     }
 }
@@ -98,6 +104,9 @@ mod tests {
         assert_eq!((d.transport, d.addr.port()), (Transport::Tcp, 5070));
         assert_eq!(Destination::parse("127.0.0.1:5070").unwrap().transport, Transport::Udp);
         assert!(Destination::parse("example.com:5060").is_none());
+        let d = Destination::parse("wss:127.0.0.1:8443").unwrap();
+        assert_eq!((d.transport, d.addr.port()), (Transport::Wss, 8443));
+        assert_eq!(Destination::parse("inproc:127.0.0.1:5070").unwrap().transport, Transport::InProc);
         let d = Destination::parse("TLS:127.0.0.1:5061").unwrap();
         assert_eq!((d.transport, d.addr.port()), (Transport::Tls, 5061));
         let d = Destination::from_uri(&Uri::parse("sips:bob@127.0.0.1").unwrap()).unwrap();

@@ -28,7 +28,7 @@ const METHODS: [&str; 15] = [
     "other",
 ];
 const CLASSES: [&str; 7] = ["request", "1xx", "2xx", "3xx", "4xx", "5xx", "6xx"];
-const TRANSPORTS: [&str; 3] = ["udp", "tcp", "tls"];
+const TRANSPORTS: [&str; 6] = ["udp", "tcp", "tls", "ws", "wss", "inproc"];
 const SLOTS: usize = METHODS.len() * CLASSES.len() * TRANSPORTS.len();
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -170,6 +170,9 @@ impl Metrics {
         let t = match transport {
             Transport::Udp => 0,
             Transport::Tls => 2,
+            Transport::Ws => 3,
+            Transport::Wss => 4,
+            Transport::InProc => 5,
             _ => 1,
         };
         (m * CLASSES.len() + c) * TRANSPORTS.len() + t

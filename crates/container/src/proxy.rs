@@ -31,7 +31,7 @@ struct ProxyBranch {
 
 /// Options of one forwarding decision.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct ProxyOptions {
+pub struct ProxyOptions<'a> {
     /// Where to send; by default the first remaining Route, else the Request-URI.
     pub destination: Option<Destination>,
     /// Where to send when the Route or Request-URI designates this server itself (e.g. a
@@ -39,6 +39,9 @@ pub struct ProxyOptions {
     pub fallback: Option<Destination>,
     /// Stay on the path of the dialog (initial requests).
     pub record_route: bool,
+    /// A new Request-URI (retargeting, RFC 3261 §16.5: e.g. a registered contact for the
+    /// address of record the request was sent to); absent: the Request-URI as received.
+    pub request_uri: Option<&'a str>,
 }
 
 impl CoreState {
@@ -47,7 +50,7 @@ impl CoreState {
         now: Instant,
         req: &Request<'_>,
         service: ServiceId,
-        options: ProxyOptions,
+        options: ProxyOptions<'_>,
     ) -> Result<(), ContainerError> {
         let msg = req.msg;
         let method = req.method().clone();
@@ -82,7 +85,9 @@ impl CoreState {
         let branch = self.ids.branch();
         let record_route =
             (options.record_route && method != Method::Ack).then(|| record_route_value(&listener, self.service_name(service)));
-        let forwarded = forwarded_request(msg, &listener, &branch, max_forwards - 1, record_route.as_deref(), req.consumed_route);
+        let request_uri = options.request_uri.unwrap_or_else(|| msg.request_uri_text());
+        let forwarded =
+            forwarded_request(msg, request_uri, &listener, &branch, max_forwards - 1, record_route.as_deref(), req.consumed_route);
         let flow = Flow { transport: dest.transport, listener: listener.index, connection: 0, remote: dest.addr };
         self.metrics.message_out(Some(&method), None, dest.transport);
         let Some(server_tx) = req.tx else {
@@ -224,8 +229,7 @@ fn via_destination(via: &Via<'_>) -> Option<Destination> {
     let ip = tandem_sip::SipUri { secure: false, user: None, host, port: None, params: "", headers: None }.host_ip()?;
     let port = via.rport().flatten().or(via.port).unwrap_or(5060);
     let transport = match via.transport {
-        Transport::Tcp => Transport::Tcp,
-        Transport::Tls => Transport::Tls,
+        t @ (Transport::Tcp | Transport::Tls | Transport::Ws | Transport::Wss) => t,
         _ => Transport::Udp,
     };
     Some(Destination { transport, addr: std::net::SocketAddr::new(ip, port) })
@@ -239,6 +243,7 @@ fn record_route_value(listener: &LocalListener, service_name: &str) -> String {
 /// decremented, the Route value that named us removed; everything else copied as received.
 fn forwarded_request(
     msg: &Message,
+    request_uri: &str,
     listener: &LocalListener,
     branch: &str,
     max_forwards: u32,
@@ -246,7 +251,7 @@ fn forwarded_request(
     consumed: Option<(usize, Span)>,
 ) -> Bytes {
     let method = msg.method().cloned().unwrap_or(Method::Options);
-    let mut w = MessageWriter::with_capacity(msg.wire_bytes().len() + 256).request_line(&method, msg.request_uri_text());
+    let mut w = MessageWriter::with_capacity(msg.wire_bytes().len() + 256).request_line(&method, request_uri);
     w.header_parts("Via", &["SIP/2.0/", listener.transport.as_str(), " ", &listener.host_port, ";branch=", branch]);
     if let Some(rr) = record_route {
         w.header("Record-Route", rr);
@@ -338,7 +343,7 @@ mod tests {
         let msg = parse("INVITE sip:bob@127.0.0.1:5070 SIP/2.0\nVia: SIP/2.0/UDP 127.0.0.1:5061;branch=z9hG4bKa\nRoute: <sip:127.0.0.1:5060;lr>, <sip:10.0.0.9;lr>\nMax-Forwards: 5\nFrom: <sip:a@x>;tag=1\nTo: <sip:bob@y>\nCall-ID: c\nCSeq: 1 INVITE\nContent-Type: application/sdp\nContent-Length: 4\n\nv=0\n");
         let (index, value) = msg.route_values().next().unwrap();
         let consumed = Some((index, msg.span_of(value).unwrap()));
-        let out = forwarded_request(&msg, &listener(), "z9hG4bKnew", 4, Some("<sip:127.0.0.1:5060;lr>"), consumed);
+        let out = forwarded_request(&msg, msg.request_uri_text(), &listener(), "z9hG4bKnew", 4, Some("<sip:127.0.0.1:5060;lr>"), consumed);
         let fwd = tandem_sip::parse_datagram(out, &Default::default()).unwrap();
         assert_eq!(fwd.defect(), None);
         assert_eq!(fwd.branch(), Some("z9hG4bKnew"));

@@ -336,8 +336,8 @@ struct TestProxy(Option<Destination>);
 impl Service for TestProxy {
     fn on_request(&self, ctx: &mut Context<'_>, req: &Request<'_>) {
         let options = match req.kind {
-            RequestKind::Initial => ProxyOptions { destination: self.0, fallback: None, record_route: true },
-            _ => ProxyOptions { destination: None, fallback: self.0, record_route: false },
+            RequestKind::Initial => ProxyOptions { destination: self.0, record_route: true, ..Default::default() },
+            _ => ProxyOptions { fallback: self.0, ..Default::default() },
         };
         let _ = ctx.proxy(req, options);
     }

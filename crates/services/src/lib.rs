@@ -8,6 +8,7 @@ pub mod dating_manual;
 pub mod media;
 pub mod pairing;
 pub mod proxy;
+pub mod registrar;
 pub mod uas;
 
 pub use b2bua::{B2bua, B2buaConfig, InvalidB2buaNextHop};
@@ -16,4 +17,5 @@ pub use dating_manual::{dating_manual_service, DatingManual};
 pub use media::{Media, MediaConfig, MediaConfigError};
 pub use pairing::{pairing_service, PAIRING_CONTRACT};
 pub use proxy::{Proxy, ProxyConfig};
+pub use registrar::{Location, Registrar, RegistrarConfig};
 pub use uas::{Uas, UasConfig};

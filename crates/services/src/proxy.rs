@@ -1,7 +1,11 @@
 //! `proxy`: a transaction-stateful, record-routing proxy. Initial requests go to the
-//! configured next hop (or the Request-URI); subsequent ones follow loose routing.
+//! configured next hop, else to the contact registered for the Request-URI (when a
+//! `registrar` runs beside it), else to the Request-URI; subsequent ones follow loose routing,
+//! and reach registered contacts over the connection they registered on.
 
+use crate::registrar::{aor_key, Location};
 use serde::Deserialize;
+use std::sync::Arc;
 use tandem_container::{Context, Destination, ProxyOptions, Request, RequestKind, Service};
 
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -16,6 +20,7 @@ pub struct ProxyConfig {
 pub struct Proxy {
     next_hop: Option<Destination>,
     record_route: bool,
+    location: Option<Arc<Location>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -28,18 +33,63 @@ impl Proxy {
             Some(s) => Some(Destination::parse(s).ok_or_else(|| InvalidNextHop(s.clone()))?),
             None => None,
         };
-        Ok(Proxy { next_hop, record_route: config.record_route.unwrap_or(true) })
+        Ok(Proxy { next_hop, record_route: config.record_route.unwrap_or(true), location: None })
+    }
+
+    /// Routes requests for registered users to their contacts (the registrar's bindings).
+    pub fn with_location(mut self, location: Arc<Location>) -> Proxy {
+        self.location = Some(location);
+        self
     }
 }
 
 impl Service for Proxy {
     fn on_request(&self, ctx: &mut Context<'_>, req: &Request<'_>) {
-        let options = match req.kind {
-            RequestKind::Initial => ProxyOptions { destination: self.next_hop, fallback: None, record_route: self.record_route },
-            RequestKind::Routed | RequestKind::InDialog => ProxyOptions { destination: None, fallback: self.next_hop, record_route: false },
+        let mut options = match req.kind {
+            RequestKind::Initial => ProxyOptions { destination: self.next_hop, record_route: self.record_route, ..Default::default() },
+            RequestKind::Routed | RequestKind::InDialog => ProxyOptions { fallback: self.next_hop, ..Default::default() },
         };
+        let registered = match (&self.location, self.next_hop) {
+            (Some(location), None) => self.registered_target(ctx, req, location),
+            _ => None,
+        };
+        match &registered {
+            Some(Target::Registered(destination, contact)) => {
+                options.destination = Some(*destination);
+                options.request_uri = contact.as_deref();
+            }
+            Some(Target::Unavailable) => return ctx.respond_with(req, 480, &[("Warning", "399 tandem \"not registered\"")], None),
+            None => {}
+        }
         if let Err(e) = ctx.proxy(req, options) {
             tracing::debug!(error = %e, "proxy could not forward");
         }
     }
+}
+
+impl Proxy {
+    /// Initial requests: the newest binding of the Request-URI's AOR (retargeted to its
+    /// contact). Others: the binding whose contact is the Request-URI, if any (the only route
+    /// to a browser whose contact host is `.invalid`). An unregistered user of this server's
+    /// own domain gets 480.
+    fn registered_target(&self, ctx: &mut Context<'_>, req: &Request<'_>, location: &Location) -> Option<Target> {
+        let uri = req.msg.request_uri()?;
+        let now = ctx.now();
+        if req.kind != RequestKind::Initial {
+            return location.destination_of_contact(req.msg.request_uri_text(), now).map(|d| Target::Registered(d, None));
+        }
+        let binding = aor_key(&uri).and_then(|aor| location.lookup(&aor, now).into_iter().next());
+        match binding {
+            Some(b) => Some(Target::Registered(b.destination, Some(b.contact))),
+            None if ctx.is_local_uri(&uri) && req.method() != &tandem_sip::Method::Ack => Some(Target::Unavailable),
+            None => None,
+        }
+    }
+}
+
+enum Target {
+    /// A binding: where to send, and the contact to retarget to (initial requests).
+    Registered(Destination, Option<String>),
+    /// Addressed to a user of this server who is not registered.
+    Unavailable,
 }

@@ -11,6 +11,8 @@ pub enum Transport {
     Sctp,
     Ws,
     Wss,
+    /// Tandem's in-process transport: messages handed between containers of one process.
+    InProc,
     Other,
 }
 
@@ -23,6 +25,7 @@ impl Transport {
             ("SCTP", Transport::Sctp),
             ("WS", Transport::Ws),
             ("WSS", Transport::Wss),
+            ("INPROC", Transport::InProc),
         ];
         ALL.iter().find(|(n, _)| n.eq_ignore_ascii_case(s)).map_or(Transport::Other, |(_, t)| *t)
     }
@@ -35,6 +38,7 @@ impl Transport {
             Transport::Sctp => "SCTP",
             Transport::Ws => "WS",
             Transport::Wss => "WSS",
+            Transport::InProc => "INPROC",
             Transport::Other => "OTHER",
         }
     }

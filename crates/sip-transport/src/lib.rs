@@ -1,19 +1,23 @@
-//! SIP transports on tokio: UDP, TCP and TLS listeners, outgoing TCP and TLS connections,
+//! SIP transports on tokio: UDP, TCP, TLS, WS and WSS listeners, outgoing connections on each,
 //! message framing, and the limits that keep a misbehaving peer from exhausting the server.
 //!
 //! Received messages are parsed here, on the reader task, and handed to a [`Sink`] (the
 //! container's dispatcher); sending never blocks: every queue is bounded and a full queue is
 //! an error the caller counts.
 //!
-//! Modules: `udp` (datagrams), `tcp` (every stream transport: framing, limits, idle timeout,
-//! write queue, connection reuse, generic over `AsyncRead + AsyncWrite`), `tls` (the TLS
-//! handshake on top of a TCP socket, then `tcp`'s stream code).
+//! Modules: `udp` (datagrams), `tcp` (every stream transport: accepting, connecting, the
+//! connection table with reuse and limits, the write queue; SIP framing on a byte stream,
+//! generic over `AsyncRead + AsyncWrite`), `tls` (the TLS handshake on top of a TCP socket,
+//! then `tcp`'s framing or, for WSS, `ws`), `ws` (RFC 7118: the upgrade with the `sip`
+//! subprotocol, one SIP message per WebSocket message), `inprocess` (containers of one
+//! process handing message buffers over through an [`InProcessHub`]).
 //!
-//! Adding a transport (WS, WSS, SCTP, ...):
+//! Adding a transport (SCTP, ...) — WS was added this way:
 //! 1. a [`Protocol`] variant, its [`Transport`] mapping and its `ListenSpec` name (`spec.rs`);
 //! 2. a listener: bind it in [`Transports::bind`] and start its accept or read loop; a stream
 //!    transport turns each accepted socket into reader/writer halves and hands them to
-//!    `tcp::run_connection`, as `tls::serve_accepted` does;
+//!    `tcp::run_connection`, as `tls::serve_accepted` does (or frames messages itself, as
+//!    `ws::serve_accepted` does);
 //! 3. a connector: route its [`Transport`] in [`Transports::send`] (stream transports go
 //!    through `tcp::send`, which reuses a connection to the same peer and transport, else
 //!    opens one in `tcp::connect`, where the new transport's handshake goes, as TLS's does);
@@ -21,11 +25,14 @@
 //!    `next_hop` values; Via and Contact take the transport's name from [`Transport`].
 #![forbid(unsafe_code)]
 
+mod inprocess;
 mod spec;
 mod tcp;
 mod tls;
 mod udp;
+mod ws;
 
+pub use inprocess::InProcessHub;
 pub use spec::{ListenSpec, Protocol, SpecError};
 pub use tls::{certificates_from_pem, client_config, server_config, TlsError};
 /// The rustls crate this transport is built with (for building configurations by hand).
@@ -64,7 +71,11 @@ pub struct TransportConfig {
     /// (connections, per peer, idle timeout, write queue) apply to TLS connections too, and
     /// count TCP and TLS connections together.
     pub tls: TlsConfig,
-    /// A TLS handshake (in or out) not done by then is abandoned and its connection closed.
+    /// The process's registry of in-process endpoints, needed by `inproc:` listeners; every
+    /// container that talks in-process gets a clone of the same hub.
+    pub in_process: Option<InProcessHub>,
+    /// A TLS handshake or WebSocket upgrade (in or out) not done by then is abandoned and
+    /// its connection closed.
     pub tls_handshake_timeout: Duration,
 }
 
@@ -92,6 +103,7 @@ impl Default for TransportConfig {
             udp_socket_buffer_bytes: 8 << 20,
             tls: TlsConfig::default(),
             tls_handshake_timeout: Duration::from_secs(5),
+            in_process: None,
         }
     }
 }
@@ -126,6 +138,8 @@ pub enum SendError {
     Unsupported(Transport),
     #[error("no TLS client configuration (trust roots) for outgoing TLS")]
     NoTlsClient,
+    #[error("no in-process endpoint with that name")]
+    NoPeer,
 }
 
 /// Counters the admin endpoint exports.
@@ -140,6 +154,10 @@ pub struct TransportStats {
     pub tcp_queue_full: AtomicU64,
     /// TLS handshakes (in or out) that failed or timed out.
     pub tls_handshake_failed: AtomicU64,
+    /// WebSocket upgrades (in or out) refused, failed or timed out (e.g. no `sip` subprotocol).
+    pub ws_upgrade_failed: AtomicU64,
+    /// WebSocket connections closed for a message or frame above `max_message_bytes`.
+    pub ws_oversize_closed: AtomicU64,
 }
 
 #[derive(Clone)]
@@ -208,8 +226,8 @@ impl Connections {
 
 impl Transports {
     /// Binds every listener and starts reading. Port 0 binds an ephemeral port
-    /// (see [`Self::local_addrs`]). A `tls:` listener without `config.tls.server` is an
-    /// `InvalidInput` error.
+    /// (see [`Self::local_addrs`]). A `tls:` or `wss:` listener without `config.tls.server` is
+    /// an `InvalidInput` error.
     pub async fn bind(specs: &[ListenSpec], config: TransportConfig, sink: Arc<dyn Sink>) -> std::io::Result<Transports> {
         let mut listeners = Vec::new();
         let mut tcp_sockets = Vec::new();
@@ -222,13 +240,22 @@ impl Transports {
                     let local = socket.local_addr()?;
                     listeners.push(Listener { protocol: Protocol::Udp, local, udp: Some(Arc::new(socket)) });
                 }
-                Protocol::Tcp => {
+                Protocol::InProc => {
+                    if config.in_process.is_none() {
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::InvalidInput,
+                            format!("listener {spec} needs an in-process hub (TransportConfig::in_process)"),
+                        ));
+                    }
+                    listeners.push(Listener { protocol: Protocol::InProc, local: spec.addr, udp: None });
+                }
+                Protocol::Tcp | Protocol::Ws => {
                     let listener = tcp::bind(spec.addr)?;
                     let local = listener.local_addr()?;
-                    listeners.push(Listener { protocol: Protocol::Tcp, local, udp: None });
+                    listeners.push(Listener { protocol: spec.protocol, local, udp: None });
                     tcp_sockets.push((listeners.len() - 1, listener, None));
                 }
-                Protocol::Tls => {
+                Protocol::Tls | Protocol::Wss => {
                     let Some(acceptor) = acceptor.clone() else {
                         return Err(std::io::Error::new(
                             std::io::ErrorKind::InvalidInput,
@@ -237,7 +264,7 @@ impl Transports {
                     };
                     let listener = tcp::bind(spec.addr)?;
                     let local = listener.local_addr()?;
-                    listeners.push(Listener { protocol: Protocol::Tls, local, udp: None });
+                    listeners.push(Listener { protocol: spec.protocol, local, udp: None });
                     tcp_sockets.push((listeners.len() - 1, listener, Some(acceptor)));
                 }
             }
@@ -253,6 +280,14 @@ impl Transports {
             tasks: Mutex::new(Vec::new()),
             tls_connector,
         });
+        if let Some(hub) = &inner.config.in_process {
+            for (index, listener) in inner.listeners.iter().enumerate().filter(|(_, l)| l.protocol == Protocol::InProc) {
+                if let Err(e) = hub.register(listener.local, Arc::downgrade(&inner), index as u16) {
+                    inner.unregister_in_process();
+                    return Err(e);
+                }
+            }
+        }
         let mut tasks = Vec::new();
         for (index, listener) in inner.listeners.iter().enumerate() {
             if let Some(socket) = &listener.udp {
@@ -262,7 +297,8 @@ impl Transports {
             }
         }
         for (index, listener, acceptor) in tcp_sockets {
-            tasks.push(tokio::spawn(tcp::accept_loop(inner.clone(), listener, index as u16, acceptor)));
+            let transport = inner.listeners[index].protocol.transport();
+            tasks.push(tokio::spawn(tcp::accept_loop(inner.clone(), listener, index as u16, transport, acceptor)));
         }
         inner.tasks.lock().extend(tasks);
         Ok(Transports { inner })
@@ -283,16 +319,17 @@ impl Transports {
         self.inner.listeners.get(index as usize).map(|l| (l.protocol, l.local))
     }
 
-    /// Sends without waiting. UDP goes out at once; TCP and TLS are queued on the flow's
-    /// connection, or on a connection to `flow.remote` over the same transport (reused, or
-    /// opened in the background).
+    /// Sends without waiting. UDP goes out at once; TCP, TLS, WS and WSS are queued on the
+    /// flow's connection, or on a connection to `flow.remote` over the same transport (reused,
+    /// or opened in the background).
     pub fn send(&self, flow: Flow, payload: Bytes) -> Result<(), SendError> {
         if payload.len() > self.inner.config.max_message_bytes {
             return Err(SendError::TooLarge);
         }
         match flow.transport {
             Transport::Udp => udp::send(&self.inner, flow, &payload),
-            Transport::Tcp | Transport::Tls => tcp::send(&self.inner, flow, payload),
+            Transport::Tcp | Transport::Tls | Transport::Ws | Transport::Wss => tcp::send(&self.inner, flow, payload),
+            Transport::InProc => inprocess::send(&self.inner, flow, payload),
             other => Err(SendError::Unsupported(other)),
         }
     }
@@ -305,8 +342,9 @@ impl Transports {
         self.inner.connections.lock().by_id.len()
     }
 
-    /// Stops every reader, acceptor and connection.
+    /// Stops every reader, acceptor and connection, and leaves the in-process hub.
     pub fn shutdown(&self) {
+        self.inner.unregister_in_process();
         for task in self.inner.tasks.lock().drain(..) {
             task.abort();
         }
@@ -319,6 +357,14 @@ impl Transports {
 }
 
 impl Inner {
+    fn unregister_in_process(&self) {
+        if let Some(hub) = &self.config.in_process {
+            for listener in self.listeners.iter().filter(|l| l.protocol == Protocol::InProc) {
+                hub.unregister(listener.local, &self.me);
+            }
+        }
+    }
+
     pub(crate) fn new_connection_id(&self) -> u64 {
         self.next_connection.fetch_add(1, Ordering::Relaxed)
     }

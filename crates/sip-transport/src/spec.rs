@@ -9,6 +9,12 @@ pub enum Protocol {
     Tcp,
     /// TLS over TCP (RFC 3261 §26.2): the TCP stream code with a TLS session in between.
     Tls,
+    /// SIP over WebSocket (RFC 7118) on TCP.
+    Ws,
+    /// SIP over WebSocket on TLS.
+    Wss,
+    /// Containers of one process handing messages over (`inprocess.rs`); the address is a name.
+    InProc,
 }
 
 impl Protocol {
@@ -17,6 +23,9 @@ impl Protocol {
             Protocol::Udp => Transport::Udp,
             Protocol::Tcp => Transport::Tcp,
             Protocol::Tls => Transport::Tls,
+            Protocol::Ws => Transport::Ws,
+            Protocol::Wss => Transport::Wss,
+            Protocol::InProc => Transport::InProc,
         }
     }
 
@@ -25,6 +34,9 @@ impl Protocol {
             Transport::Udp => Some(Protocol::Udp),
             Transport::Tcp => Some(Protocol::Tcp),
             Transport::Tls => Some(Protocol::Tls),
+            Transport::Ws => Some(Protocol::Ws),
+            Transport::Wss => Some(Protocol::Wss),
+            Transport::InProc => Some(Protocol::InProc),
             _ => None,
         }
     }
@@ -34,11 +46,14 @@ impl Protocol {
             Protocol::Udp => "udp",
             Protocol::Tcp => "tcp",
             Protocol::Tls => "tls",
+            Protocol::Ws => "ws",
+            Protocol::Wss => "wss",
+            Protocol::InProc => "inproc",
         }
     }
 }
 
-/// `PROTO:IP:PORT`, e.g. `udp:127.0.0.1:5060`, `tcp:[::1]:5060` or `tls:127.0.0.1:5061`.
+/// `PROTO:IP:PORT`, e.g. `udp:127.0.0.1:5060`, `tcp:[::1]:5060`, `tls:127.0.0.1:5061`, `ws:127.0.0.1:8080` or `wss:127.0.0.1:8443`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ListenSpec {
     pub protocol: Protocol,
@@ -47,9 +62,9 @@ pub struct ListenSpec {
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SpecError {
-    #[error("expected PROTO:IP:PORT (PROTO is udp, tcp or tls), got {0:?}")]
+    #[error("expected PROTO:IP:PORT (PROTO is udp, tcp, tls, ws, wss or inproc), got {0:?}")]
     Format(String),
-    #[error("unknown transport {0:?} (supported: udp, tcp, tls)")]
+    #[error("unknown transport {0:?} (supported: udp, tcp, tls, ws, wss, inproc)")]
     Protocol(String),
 }
 
@@ -62,6 +77,9 @@ impl FromStr for ListenSpec {
             "udp" => Protocol::Udp,
             "tcp" => Protocol::Tcp,
             "tls" => Protocol::Tls,
+            "ws" => Protocol::Ws,
+            "wss" => Protocol::Wss,
+            "inproc" => Protocol::InProc,
             _ => return Err(SpecError::Protocol(proto.to_string())),
         };
         let addr = addr.parse().map_err(|_| SpecError::Format(s.to_string()))?;

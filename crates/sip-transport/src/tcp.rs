@@ -1,10 +1,12 @@
-//! Stream transports: TCP, and the stream code TLS shares once its handshake is done.
+//! Stream transports: TCP, and the stream code TLS and WebSocket share.
 //!
-//! Everything past the socket (framing, the limits, idle timeout, write queue, connection
-//! reuse) is generic over `AsyncRead + AsyncWrite`: [`run_connection`] takes the two halves of
-//! a plain TCP socket or of a TLS session alike.
+//! Accepting, connecting, the connection table (reuse, limits) and the write queue serve
+//! every stream transport. SIP framing over a byte stream (Content-Length, CRLF keep-alives,
+//! idle timeout) is generic over `AsyncRead + AsyncWrite`: [`run_connection`] takes the two
+//! halves of a plain TCP socket or of a TLS session alike. WebSocket frames SIP messages
+//! itself (`ws.rs`), on a plain or a TLS stream.
 
-use crate::{tls, Connection, Inner, Protocol, SendError};
+use crate::{tls, ws, Connection, Inner, Protocol, SendError};
 use bytes::{Buf, Bytes, BytesMut};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -21,9 +23,14 @@ pub(crate) fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(1024)
 }
 
-/// Accepts connections on a TCP or TLS listener (`acceptor` set: TLS).
-pub(crate) async fn accept_loop(inner: Arc<Inner>, listener: TcpListener, index: u16, acceptor: Option<tokio_rustls::TlsAcceptor>) {
-    let transport = if acceptor.is_some() { Transport::Tls } else { Transport::Tcp };
+/// Accepts connections on a TCP, TLS, WS or WSS listener (`acceptor` is set for TLS and WSS).
+pub(crate) async fn accept_loop(
+    inner: Arc<Inner>,
+    listener: TcpListener,
+    index: u16,
+    transport: Transport,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+) {
     loop {
         let (stream, remote) = match listener.accept().await {
             Ok(s) => s,
@@ -47,6 +54,10 @@ pub(crate) async fn accept_loop(inner: Arc<Inner>, listener: TcpListener, index:
         let flow = Flow { transport, listener: index, connection: id, remote };
         let task = match &acceptor {
             Some(acceptor) => tokio::spawn(tls::serve_accepted(inner.clone(), stream, acceptor.clone(), rx, flow)),
+            None if ws::is_ws(transport) => {
+                let _ = stream.set_nodelay(true);
+                tokio::spawn(ws::serve_accepted(inner.clone(), stream, rx, flow))
+            }
             None => tokio::spawn(serve_plain(inner.clone(), stream, rx, flow)),
         };
         inner.track(task);
@@ -69,7 +80,7 @@ fn unregister(inner: &Inner, id: u64) {
 /// How long a connection stays writable after reading stopped (peer closed its side, or the
 /// stream could not be framed): responses to what was read before are still in flight
 /// through the executors.
-const LINGER: std::time::Duration = std::time::Duration::from_millis(1500);
+pub(crate) const LINGER: std::time::Duration = std::time::Duration::from_millis(1500);
 
 /// A connection that ended before it carried anything (connect or handshake failed).
 pub(crate) fn close(inner: &Inner, flow: Flow) {
@@ -120,7 +131,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut write: W, mut rx: mpsc::Receiver<
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ReadEnd {
+pub(crate) enum ReadEnd {
     Closed,
     Idle,
     Unframeable,
@@ -202,18 +213,19 @@ pub(crate) fn send(inner: &Inner, flow: Flow, payload: Bytes) -> Result<(), Send
     }
 }
 
-/// Opens a connection (TCP, or TLS when `flow.transport` is TLS) in the background; the
-/// payload waits in its queue.
+/// Opens a connection (TCP, TLS, WS or WSS as `flow.transport` says; TCP for anything else)
+/// in the background; the payload waits in its queue.
 fn connect(inner: &Inner, flow: Flow, payload: Bytes) -> Result<(), SendError> {
     let Some(owner) = inner.self_arc() else {
         return Err(SendError::NoListener(flow.transport));
     };
-    let (transport, protocol) = match flow.transport {
-        Transport::Tls => (Transport::Tls, Protocol::Tls),
-        _ => (Transport::Tcp, Protocol::Tcp),
+    let transport = match flow.transport {
+        t @ (Transport::Tls | Transport::Ws | Transport::Wss) => t,
+        _ => Transport::Tcp,
     };
+    let protocol = Protocol::for_transport(transport).unwrap_or(Protocol::Tcp);
     let connector = match transport {
-        Transport::Tls => Some(inner.tls_connector.clone().ok_or(SendError::NoTlsClient)?),
+        Transport::Tls | Transport::Wss => Some(inner.tls_connector.clone().ok_or(SendError::NoTlsClient)?),
         _ => None,
     };
     if !inner.connections.lock().admit(flow.remote.ip(), &inner.config) {
@@ -231,6 +243,10 @@ fn connect(inner: &Inner, flow: Flow, payload: Bytes) -> Result<(), SendError> {
         match tokio::time::timeout(timeout, TcpStream::connect(flow.remote)).await {
             Ok(Ok(stream)) => match connector {
                 Some(connector) => tls::serve_connected(owner, stream, connector, rx, flow).await,
+                None if ws::is_ws(transport) => {
+                    let _ = stream.set_nodelay(true);
+                    ws::serve_connected(owner, stream, rx, flow).await
+                }
                 None => serve_plain(owner, stream, rx, flow).await,
             },
             _ => {

@@ -149,6 +149,7 @@ fn listen_specs() {
     assert_eq!((s.protocol, s.addr.port()), (Protocol::Tcp, 5060));
     assert_eq!(s.to_string(), "tcp:[::1]:5060");
     assert!("sctp:127.0.0.1:1".parse::<ListenSpec>().is_err());
+    assert_eq!("WSS:127.0.0.1:8443".parse::<ListenSpec>().unwrap().protocol, Protocol::Wss);
     assert!("udp:localhost".parse::<ListenSpec>().is_err());
 }
 
@@ -305,4 +306,192 @@ fn tls_listen_spec_and_pem_errors() {
     let missing = TlsConfig::from_files(Some(std::path::Path::new("/nonexistent/cert.pem")), Some(p), None, false);
     assert!(matches!(missing, Err(TlsError::Io { .. })));
     assert!(TlsConfig::from_files(None, None, None, false).unwrap().client.is_none());
+}
+
+// ---- WebSocket (RFC 7118) ----
+
+async fn start_ws(config: TransportConfig) -> (Transports, Arc<Collect>, SocketAddr, SocketAddr) {
+    let sink = Arc::new(Collect::default());
+    let specs: Vec<ListenSpec> = vec!["ws:127.0.0.1:0".parse().unwrap(), "wss:127.0.0.1:0".parse().unwrap()];
+    let t = Transports::bind(&specs, config, sink.clone()).await.unwrap();
+    let (ws, wss) = (t.local_addrs()[0].1, t.local_addrs()[1].1);
+    (t, sink, ws, wss)
+}
+
+/// A raw HTTP upgrade request offering `protocols` (none: no Sec-WebSocket-Protocol header).
+fn upgrade_request(protocols: Option<&str>) -> String {
+    let offer = protocols.map(|p| format!("Sec-WebSocket-Protocol: {p}\r\n")).unwrap_or_default();
+    format!(
+        "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n{offer}\r\n"
+    )
+}
+
+async fn read_http_head(stream: &mut TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match tokio::time::timeout(Duration::from_secs(2), stream.read(&mut byte)).await {
+            Ok(Ok(1)) => head.push(byte[0]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&head).into_owned()
+}
+
+#[tokio::test]
+async fn ws_and_wss_round_trip_in_and_out() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message as WsMessage;
+    let pki = test_pki();
+    let config = || TransportConfig { tls: tls_config(&pki), ..Default::default() };
+    let (t, sink, ws_addr, wss_addr) = start_ws(config()).await;
+    assert_eq!(t.local_addrs().iter().map(|(p, _)| *p).collect::<Vec<_>>(), vec![Protocol::Ws, Protocol::Wss]);
+
+    // Incoming, from a plain WebSocket client (tungstenite's, as a browser would): one SIP
+    // message per WebSocket message, the answer on the same connection as a text frame.
+    let mut request = format!("ws://{ws_addr}/").into_client_request().unwrap();
+    request.headers_mut().insert("sec-websocket-protocol", "sip".parse().unwrap());
+    let (mut client, response) = tokio_tungstenite::client_async(request, TcpStream::connect(ws_addr).await.unwrap()).await.unwrap();
+    assert_eq!(response.headers().get("sec-websocket-protocol").unwrap(), "sip");
+    client.send(WsMessage::text(OPTIONS)).await.unwrap();
+    client.send(WsMessage::binary(OPTIONS.replace("c1", "c2").into_bytes())).await.unwrap();
+    wait_for(|| sink.messages.lock().len() == 2).await;
+    let flow = sink.messages.lock()[1].1;
+    assert_eq!((flow.transport, flow.listener), (Transport::Ws, 0));
+    assert_eq!(sink.messages.lock()[1].0.call_id(), "c2");
+    t.send(flow, Bytes::from_static(b"SIP/2.0 200 OK\r\nContent-Length: 0\r\n\r\n")).unwrap();
+    match tokio::time::timeout(Duration::from_secs(2), client.next()).await.unwrap().unwrap().unwrap() {
+        WsMessage::Text(text) => assert!(text.as_str().starts_with("SIP/2.0 200 OK")),
+        other => panic!("expected a text frame, got {other:?}"),
+    }
+
+    // Outgoing: another instance sends over WS and over WSS (a connection each, reused).
+    let (peer, peer_sink, _, _) = start_ws(config()).await;
+    for (transport, remote, call) in [(Transport::Ws, ws_addr, "c3"), (Transport::Wss, wss_addr, "c4"), (Transport::Wss, wss_addr, "c5")] {
+        let out = Flow { transport, listener: 0, connection: 0, remote };
+        peer.send(out, Bytes::from(OPTIONS.replace("c1", call))).unwrap();
+    }
+    wait_for(|| sink.messages.lock().len() == 5).await;
+    let transports: Vec<_> = sink.messages.lock()[2..].iter().map(|(m, f)| (m.call_id().to_string(), f.transport)).collect();
+    assert!(transports.contains(&("c3".into(), Transport::Ws)) && transports.contains(&("c5".into(), Transport::Wss)));
+    assert_eq!(peer.open_connections(), 2, "one WS and one WSS connection");
+    // The server answers on the connection the request came in on.
+    let back = sink.messages.lock().iter().find(|(m, _)| m.call_id() == "c4").unwrap().1;
+    t.send(back, Bytes::from(OPTIONS.replace("c1", "c6"))).unwrap();
+    wait_for(|| peer_sink.messages.lock().len() == 1).await;
+    assert_eq!(peer_sink.messages.lock()[0].1.transport, Transport::Wss);
+    assert_eq!(t.stats().ws_upgrade_failed.load(Ordering::Relaxed), 0);
+    t.shutdown();
+    peer.shutdown();
+}
+
+#[tokio::test]
+async fn ws_refuses_upgrades_without_sip_and_plain_http() {
+    let pki = test_pki();
+    let (t, sink, ws_addr, _) = start_ws(TransportConfig { tls: tls_config(&pki), ..Default::default() }).await;
+    for offer in [None, Some("chat, superchat")] {
+        let mut stream = TcpStream::connect(ws_addr).await.unwrap();
+        stream.write_all(upgrade_request(offer).as_bytes()).await.unwrap();
+        let head = read_http_head(&mut stream).await;
+        assert!(head.starts_with("HTTP/1.1 400"), "{offer:?}: {head}");
+    }
+    // A plain HTTP request, and SIP sent without any upgrade, are refused too.
+    for text in ["GET / HTTP/1.1\r\nHost: x\r\n\r\n", OPTIONS] {
+        let mut stream = TcpStream::connect(ws_addr).await.unwrap();
+        stream.write_all(text.as_bytes()).await.unwrap();
+        let mut buf = [0u8; 256];
+        let _ = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut buf)).await.unwrap();
+    }
+    // An upgrade offering sip among others is accepted.
+    let mut stream = TcpStream::connect(ws_addr).await.unwrap();
+    stream.write_all(upgrade_request(Some("chat, sip")).as_bytes()).await.unwrap();
+    let head = read_http_head(&mut stream).await;
+    assert!(head.starts_with("HTTP/1.1 101") && head.to_ascii_lowercase().contains("sec-websocket-protocol: sip"), "{head}");
+    wait_for(|| t.stats().ws_upgrade_failed.load(Ordering::Relaxed) == 4).await;
+    assert!(sink.messages.lock().is_empty());
+    t.shutdown();
+}
+
+#[tokio::test]
+async fn ws_oversized_message_stalled_upgrade_and_idle_connection_are_closed() {
+    use futures_util::SinkExt;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message as WsMessage;
+    let config = TransportConfig {
+        max_message_bytes: 4096,
+        tcp_idle_timeout: Duration::from_millis(400),
+        tls_handshake_timeout: Duration::from_millis(300),
+        ..Default::default()
+    };
+    let sink = Arc::new(Collect::default());
+    let t = Transports::bind(&["ws:127.0.0.1:0".parse().unwrap()], config, sink.clone()).await.unwrap();
+    let addr = t.local_addrs()[0].1;
+    let connect = || async {
+        let mut request = format!("ws://{addr}/").into_client_request().unwrap();
+        request.headers_mut().insert("sec-websocket-protocol", "sip".parse().unwrap());
+        tokio_tungstenite::client_async(request, TcpStream::connect(addr).await.unwrap()).await.unwrap().0
+    };
+    // A message above max_message_bytes closes its connection; nothing reaches the sink.
+    let mut big = connect().await;
+    let huge = format!("{OPTIONS}{}", "x".repeat(10_000));
+    let _ = big.send(WsMessage::text(huge)).await;
+    wait_for(|| t.stats().ws_oversize_closed.load(Ordering::Relaxed) == 1).await;
+    // An upgrade that never completes is dropped after the handshake timeout.
+    let mut stalled = TcpStream::connect(addr).await.unwrap();
+    stalled.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+    wait_for(|| t.stats().ws_upgrade_failed.load(Ordering::Relaxed) == 1).await;
+    // A connection that upgraded but stays silent is closed after the idle timeout.
+    let _idle = connect().await;
+    wait_for(|| t.stats().tcp_idle_closed.load(Ordering::Relaxed) >= 1).await;
+    wait_for(|| t.open_connections() == 0).await;
+    // Meanwhile, a well-behaved client is served.
+    let mut good = connect().await;
+    good.send(WsMessage::text(OPTIONS)).await.unwrap();
+    wait_for(|| sink.messages.lock().len() == 1).await;
+    assert!(sink.errors.lock().is_empty());
+    t.shutdown();
+}
+
+// ---- in-process ----
+
+#[tokio::test]
+async fn in_process_hand_over_both_ways_without_sockets() {
+    let hub = InProcessHub::new();
+    let config = || TransportConfig { in_process: Some(hub.clone()), ..Default::default() };
+    let (a_sink, b_sink) = (Arc::new(Collect::default()), Arc::new(Collect::default()));
+    let a = Transports::bind(&["inproc:127.0.0.1:7001".parse().unwrap()], config(), a_sink.clone()).await.unwrap();
+    let b = Transports::bind(&["udp:127.0.0.1:0".parse().unwrap(), "inproc:127.0.0.1:7002".parse().unwrap()], config(), b_sink.clone())
+        .await
+        .unwrap();
+    assert_eq!(b.local_addrs()[1], (Protocol::InProc, "127.0.0.1:7002".parse().unwrap()));
+    // The name is taken while b lives.
+    let taken = Transports::bind(&["inproc:127.0.0.1:7002".parse().unwrap()], config(), Arc::new(Collect::default())).await;
+    assert_eq!(taken.err().map(|e| e.kind()), Some(std::io::ErrorKind::AddrInUse));
+
+    // a → b: delivered at once (on the sending thread), the very same buffer.
+    let payload = Bytes::from(OPTIONS);
+    let to_b = Flow { transport: Transport::InProc, listener: 0, connection: 0, remote: "127.0.0.1:7002".parse().unwrap() };
+    a.send(to_b, payload.clone()).unwrap();
+    let (msg, flow) = b_sink.messages.lock()[0].clone();
+    assert_eq!(msg.wire_bytes().as_ptr(), payload.as_ptr(), "handed over, not copied");
+    assert_eq!((flow.transport, flow.listener, flow.remote), (Transport::InProc, 1, "127.0.0.1:7001".parse().unwrap()));
+    // b answers on the flow it received.
+    b.send(flow, Bytes::from_static(b"SIP/2.0 200 OK\r\nContent-Length: 0\r\n\r\n")).unwrap();
+    assert_eq!(a_sink.messages.lock()[0].0.status(), Some(200));
+    // Garbage is reported as a parse error, like on any transport.
+    a.send(to_b, Bytes::from_static(b"\x00\x01 not sip")).unwrap();
+    assert_eq!(b_sink.errors.lock().len(), 1);
+
+    // No such endpoint, or one that shut down: an error, not a panic.
+    let nowhere = Flow { remote: "127.0.0.1:7999".parse().unwrap(), ..to_b };
+    assert_eq!(a.send(nowhere, payload.clone()), Err(SendError::NoPeer));
+    b.shutdown();
+    assert_eq!(a.send(to_b, payload.clone()), Err(SendError::NoPeer));
+    assert_eq!(hub.endpoints(), vec!["127.0.0.1:7001".parse().unwrap()]);
+    // A listener without a hub is a configuration error.
+    let err = Transports::bind(&["inproc:127.0.0.1:7003".parse().unwrap()], TransportConfig::default(), a_sink.clone()).await.err();
+    assert_eq!(err.map(|e| e.kind()), Some(std::io::ErrorKind::InvalidInput));
+    a.shutdown();
 }

@@ -2,14 +2,15 @@
 //!
 //! Only the handshake lives here. Once it is done, the encrypted stream is handed to the
 //! stream code of [`crate::tcp`] (framing, limits, idle timeout, write queue, reuse), which
-//! is generic over `AsyncRead + AsyncWrite`.
+//! is generic over `AsyncRead + AsyncWrite` — or, for WSS, to the WebSocket upgrade in
+//! [`crate::ws`].
 //!
 //! The handshake is bounded by [`crate::TransportConfig::tls_handshake_timeout`]: a peer that
 //! sends half a ClientHello and stalls, or garbage, holds one connection slot (subject to the
 //! connection limits) until then and is counted in `tls_handshake_failed`; other connections
 //! are served by their own tasks meanwhile.
 
-use crate::tcp;
+use crate::{tcp, ws};
 use crate::{Inner, TlsConfig};
 use bytes::Bytes;
 use rustls_pki_types::pem::PemObject;
@@ -128,10 +129,7 @@ pub(crate) fn connector(config: &TlsConfig) -> Option<TlsConnector> {
 pub(crate) async fn serve_accepted(inner: Arc<Inner>, stream: TcpStream, acceptor: TlsAcceptor, rx: mpsc::Receiver<Bytes>, flow: Flow) {
     let _ = stream.set_nodelay(true);
     match tokio::time::timeout(inner.config.tls_handshake_timeout, acceptor.accept(stream)).await {
-        Ok(Ok(tls)) => {
-            let (read, write) = tokio::io::split(tls);
-            tcp::run_connection(inner, read, write, rx, flow).await;
-        }
+        Ok(Ok(tls)) => serve_secured(inner, tls, rx, flow, Side::Server).await,
         Ok(Err(e)) => handshake_failed(&inner, flow, &e.to_string()),
         Err(_) => handshake_failed(&inner, flow, "timed out"),
     }
@@ -144,12 +142,31 @@ pub(crate) async fn serve_connected(inner: Arc<Inner>, stream: TcpStream, connec
     let _ = stream.set_nodelay(true);
     let name = ServerName::IpAddress(flow.remote.ip().into());
     match tokio::time::timeout(inner.config.tls_handshake_timeout, connector.connect(name, stream)).await {
-        Ok(Ok(tls)) => {
-            let (read, write) = tokio::io::split(tls);
-            tcp::run_connection(inner, read, write, rx, flow).await;
-        }
+        Ok(Ok(tls)) => serve_secured(inner, tls, rx, flow, Side::Client).await,
         Ok(Err(e)) => handshake_failed(&inner, flow, &e.to_string()),
         Err(_) => handshake_failed(&inner, flow, "timed out"),
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Side {
+    Server,
+    Client,
+}
+
+/// The connection after its TLS handshake: SIP framed on the stream (TLS), or WebSocket (WSS).
+async fn serve_secured<S>(inner: Arc<Inner>, tls: S, rx: mpsc::Receiver<Bytes>, flow: Flow, side: Side)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    if ws::is_ws(flow.transport) {
+        match side {
+            Side::Server => ws::serve_accepted(inner, tls, rx, flow).await,
+            Side::Client => ws::serve_connected(inner, tls, rx, flow).await,
+        }
+    } else {
+        let (read, write) = tokio::io::split(tls);
+        tcp::run_connection(inner, read, write, rx, flow).await;
     }
 }
 

@@ -4,7 +4,7 @@ use anyhow::{bail, Context as _, Result};
 use serde::Deserialize;
 use std::time::Duration;
 use tandem_container::{ContainerConfig, RouteRule};
-use tandem_services::{B2buaConfig, DatingConfig, MediaConfig, ProxyConfig, UasConfig};
+use tandem_services::{B2buaConfig, DatingConfig, MediaConfig, ProxyConfig, RegistrarConfig, UasConfig};
 use tandem_transport::{ListenSpec, Protocol, TlsConfig, TransportConfig};
 
 pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
@@ -23,6 +23,8 @@ pub struct Config {
     pub uas: UasConfig,
     #[serde(default)]
     pub proxy: ProxyConfig,
+    #[serde(default)]
+    pub registrar: RegistrarConfig,
     #[serde(default)]
     pub b2bua: B2buaConfig,
     #[serde(default)]
@@ -141,7 +143,7 @@ impl Config {
         }
         let config: Config = toml::Value::Table(value).try_into().context("invalid configuration")?;
         let specs = config.listen_specs()?;
-        if let Some(spec) = specs.iter().find(|s| s.protocol == Protocol::Tls) {
+        if let Some(spec) = specs.iter().find(|s| matches!(s.protocol, Protocol::Tls | Protocol::Wss)) {
             if config.tls.certificate.is_none() || config.tls.private_key.is_none() {
                 bail!(
                     "listening on {spec} needs a certificate: set tls.certificate and tls.private_key \
@@ -151,7 +153,10 @@ impl Config {
         }
         let tls_hops = [("proxy.next_hop", &config.proxy.next_hop), ("b2bua.next_hop", &config.b2bua.next_hop)];
         for (key, hop) in tls_hops {
-            let tls_hop = hop.as_deref().is_some_and(|h| h.get(..4).is_some_and(|p| p.eq_ignore_ascii_case("tls:")));
+            let tls_hop = hop.as_deref().is_some_and(|h| {
+                let scheme = h.split_once(':').map_or("", |(s, _)| s);
+                scheme.eq_ignore_ascii_case("tls") || scheme.eq_ignore_ascii_case("wss")
+            });
             if tls_hop && config.tls.ca.is_none() && !config.tls.insecure_skip_verify {
                 bail!("{key} is a TLS destination: set tls.ca (PEM trust roots for outgoing TLS)");
             }

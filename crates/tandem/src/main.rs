@@ -87,7 +87,7 @@ struct RunArgs {
     /// TOML configuration file (default: the embedded configuration).
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Listen on PROTO:IP:PORT (udp, tcp or tls); repeatable; replaces server.listen.
+    /// Listen on PROTO:IP:PORT (udp, tcp, tls, ws or wss); repeatable; replaces server.listen.
     #[arg(long = "listen", value_name = "PROTO:IP:PORT")]
     listen: Vec<String>,
     /// Admin endpoint address (metrics, health); replaces server.admin.
@@ -200,9 +200,12 @@ async fn run(args: RunArgs) -> Result<()> {
         Some(name) => vec![RouteRule::catch_all(name)],
         None => config.routes.clone(),
     };
+    // Bindings the registrar makes and the proxy routes with.
+    let location = tandem_services::Location::new();
     let mut services: Vec<(String, Arc<dyn Service>)> = vec![
         ("uas".to_string(), Arc::new(Uas::new(&config.uas))),
-        ("proxy".to_string(), Arc::new(Proxy::new(&config.proxy)?)),
+        ("proxy".to_string(), Arc::new(Proxy::new(&config.proxy)?.with_location(location.clone()))),
+        ("registrar".to_string(), Arc::new(tandem_services::Registrar::new(&config.registrar, location))),
         ("pairing".to_string(), tandem_services::pairing_service(config.negotiator_for("pairing"))?),
         ("dating".to_string(), tandem_services::dating_service(&config.dating, config.negotiator_for("dating"))?),
         ("dating_manual".to_string(), tandem_services::dating_manual_service(&config.dating)?),
