@@ -165,6 +165,20 @@ class EventServer:
                 self.cond.wait(min(left, 0.2))
 
 
+def wait_group_gone(pgid, timeout):
+    """Wait until no process of group pgid is left (killed children take a moment to exit)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass
+        time.sleep(0.05)
+    return False
+
+
 def chromium_command(chromium, url, profile):
     return [
         chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--ignore-certificate-errors",
@@ -243,6 +257,7 @@ def _run(srv_factory, chromium, wss_url, domain, timeout, hold_ms, profile, chro
                 os.killpg(proc.pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
+            wait_group_gone(proc.pid, timeout=10)
         events = srv.ordered()
         srv.write_console(page_log)
         names = [e[1] for e in events]
