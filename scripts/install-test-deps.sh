@@ -9,9 +9,14 @@
 #   dot       graphviz (contract diagrams as SVG)
 #   psql      postgresql-client (B2BUA 1T against PostgreSQL, when a server runs)
 #   kamailio  kamailio, kamailio-tls-modules (the TLS peer of tests/system/test_tls.py;
-#             Debian's sipp is built without TLS)
+#             Debian's sipp is built without TLS), kamailio-websocket-modules (the
+#             stand-in WSS server of tests/system/test_browser.py)
+#   chromium  chromium (the headless browser of tests/system/test_browser.py)
+#   node/npm  nodejs, npm; then `npm ci` in tests/system/browser installs the pinned
+#             JsSIP (node_modules/, not committed) that the browser test's page loads
 #
-# Idempotent: does nothing when every command is already on PATH.
+# Idempotent: does nothing when every command is already on PATH and the page's
+# node_modules matches its package-lock.json.
 # Needs root (or passwordless apt-get as root) only when something is missing.
 set -euo pipefail
 
@@ -23,12 +28,31 @@ declare -A PKG_FOR=(
   [dot]=graphviz
   [psql]=postgresql-client
   [kamailio]=kamailio
+  [chromium]=chromium
+  [node]=nodejs
+  [npm]=npm
 )
 KAMAILIO_TLS_MODULE='/usr/lib/*/kamailio/modules/tls.so'
+KAMAILIO_WS_MODULE='/usr/lib/*/kamailio/modules/websocket.so'
+BROWSER_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/system/browser"
+JSSIP_BUNDLE="$BROWSER_DIR/node_modules/jssip/dist/jssip.min.js"
+
+# The browser test's page: JsSIP as pinned in package-lock.json (needs npm; no root).
+install_page_modules() {
+  if [ -f "$JSSIP_BUNDLE" ] && [ "$BROWSER_DIR/node_modules/.package-lock.json" -nt "$BROWSER_DIR/package-lock.json" ]; then
+    return 0
+  fi
+  echo "install-test-deps: npm ci in $BROWSER_DIR"
+  (cd "$BROWSER_DIR" && npm ci --no-audit --no-fund)
+  if [ ! -f "$JSSIP_BUNDLE" ]; then
+    echo "install-test-deps: ERROR: npm ci did not provide $JSSIP_BUNDLE" >&2
+    exit 1
+  fi
+}
 
 missing_cmds=()
 missing_pkgs=()
-for cmd in sipp sipsak ip python3 dot psql kamailio; do
+for cmd in sipp sipsak ip python3 dot psql kamailio chromium node npm; do
   if ! command -v "$cmd" >/dev/null 2>&1; then
     missing_cmds+=("$cmd")
     missing_pkgs+=("${PKG_FOR[$cmd]}")
@@ -37,9 +61,14 @@ done
 if ! compgen -G "$KAMAILIO_TLS_MODULE" >/dev/null; then
   missing_pkgs+=(kamailio-tls-modules)
 fi
+if ! compgen -G "$KAMAILIO_WS_MODULE" >/dev/null; then
+  missing_pkgs+=(kamailio-websocket-modules)
+fi
 
 if [ "${#missing_pkgs[@]}" -eq 0 ]; then
-  echo "install-test-deps: all present (sipp, sipsak, ip, python3, dot, psql, kamailio with TLS)"
+  install_page_modules
+  echo "install-test-deps: all present (sipp, sipsak, ip, python3, dot, psql, kamailio with TLS and WebSocket," \
+       "chromium, node, npm, JsSIP in tests/system/browser/node_modules)"
   exit 0
 fi
 
@@ -65,8 +94,10 @@ for cmd in "${missing_cmds[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || still_missing+=("$cmd")
 done
 compgen -G "$KAMAILIO_TLS_MODULE" >/dev/null || still_missing+=("kamailio-tls-modules ($KAMAILIO_TLS_MODULE)")
+compgen -G "$KAMAILIO_WS_MODULE" >/dev/null || still_missing+=("kamailio-websocket-modules ($KAMAILIO_WS_MODULE)")
 if [ "${#still_missing[@]}" -ne 0 ]; then
   echo "install-test-deps: ERROR: still missing after install: ${still_missing[*]}" >&2
   exit 1
 fi
 echo "install-test-deps: installed ${missing_pkgs[*]}"
+install_page_modules
