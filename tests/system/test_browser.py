@@ -139,7 +139,28 @@ def case_kamailio(env):
     check("bob.ended" in names, "bob's session did not end after alice hung up:\n%s" % r["text"])
 
 
-CASES = [("kamailio", case_kamailio)]
+# Tandem as the browsers' server: REGISTER to the registrar, everything else to the proxy,
+# which reaches the registered browsers over their own WSS connections.
+TANDEM_ROUTES = 'route=[{service="registrar", method="REGISTER"}, {service="proxy"}]'
+
+
+def case_tandem(env):
+    browser_harness.require_browser()
+    pki = test_tls.make_cert(env)
+    port = common.free_port()
+    t = common.Tandem(env, listen=[("wss", "127.0.0.1", port)], sets=test_tls.tls_sets(pki, TANDEM_ROUTES))
+    with t:
+        r = browser_call(env, "wss://127.0.0.1:%d" % port)
+        check(t.proc.poll() is None, "tandem exited (code %s) during the call" % t.proc.returncode)
+        _, metrics = common.http_get(t.admin_url + "/metrics")
+        t.stop()
+    names = r["names"]
+    check("bob.ended" in names, "bob's session did not end after alice hung up:\n%s" % r["text"])
+    check('transport="wss"} ' in metrics and 'method="INVITE",status_class="request",transport="wss"' in metrics,
+          "tandem's metrics do not show the INVITE over WSS:\n%s" % metrics[:3000])
+
+
+CASES = [("kamailio", case_kamailio), ("tandem", case_tandem)]
 
 
 if __name__ == "__main__":
