@@ -10,8 +10,10 @@
 #   psql      postgresql-client (B2BUA 1T against PostgreSQL, when a server runs)
 #   kamailio  kamailio, kamailio-tls-modules (the TLS peer of tests/system/test_tls.py;
 #             Debian's sipp is built without TLS)
+#   dnsmasq   dnsmasq (the local DNS server of crates/sip-resolver/tests/dnsmasq.rs:
+#             NAPTR/SRV/A/AAAA records for RFC 3263 resolution)
 #
-# Idempotent: does nothing when every command is already on PATH.
+# Idempotent: does nothing when every command is already on PATH (or in /usr/sbin, /sbin).
 # Needs root (or passwordless apt-get as root) only when something is missing.
 set -euo pipefail
 
@@ -23,13 +25,14 @@ declare -A PKG_FOR=(
   [dot]=graphviz
   [psql]=postgresql-client
   [kamailio]=kamailio
+  [dnsmasq]=dnsmasq
 )
 KAMAILIO_TLS_MODULE='/usr/lib/*/kamailio/modules/tls.so'
 
 missing_cmds=()
 missing_pkgs=()
-for cmd in sipp sipsak ip python3 dot psql kamailio; do
-  if ! command -v "$cmd" >/dev/null 2>&1; then
+for cmd in sipp sipsak ip python3 dot psql kamailio dnsmasq; do
+  if ! PATH="$PATH:/usr/sbin:/sbin" command -v "$cmd" >/dev/null 2>&1; then
     missing_cmds+=("$cmd")
     missing_pkgs+=("${PKG_FOR[$cmd]}")
   fi
@@ -39,7 +42,7 @@ if ! compgen -G "$KAMAILIO_TLS_MODULE" >/dev/null; then
 fi
 
 if [ "${#missing_pkgs[@]}" -eq 0 ]; then
-  echo "install-test-deps: all present (sipp, sipsak, ip, python3, dot, psql, kamailio with TLS)"
+  echo "install-test-deps: all present (sipp, sipsak, ip, python3, dot, psql, kamailio with TLS, dnsmasq)"
   exit 0
 fi
 
@@ -62,7 +65,7 @@ apt-get install -y --no-install-recommends "${missing_pkgs[@]}"
 
 still_missing=()
 for cmd in "${missing_cmds[@]}"; do
-  command -v "$cmd" >/dev/null 2>&1 || still_missing+=("$cmd")
+  PATH="$PATH:/usr/sbin:/sbin" command -v "$cmd" >/dev/null 2>&1 || still_missing+=("$cmd")
 done
 compgen -G "$KAMAILIO_TLS_MODULE" >/dev/null || still_missing+=("kamailio-tls-modules ($KAMAILIO_TLS_MODULE)")
 if [ "${#still_missing[@]}" -ne 0 ]; then
