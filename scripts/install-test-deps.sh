@@ -14,9 +14,11 @@
 #   chromium  chromium (the headless browser of tests/system/test_browser.py)
 #   node/npm  nodejs, npm; then `npm ci` in tests/system/browser installs the pinned
 #             JsSIP (node_modules/, not committed) that the browser test's page loads
+#   dnsmasq   dnsmasq (the local DNS server of crates/sip-resolver/tests/dnsmasq.rs:
+#             NAPTR/SRV/A/AAAA records for RFC 3263 resolution)
 #
-# Idempotent: does nothing when every command is already on PATH and the page's
-# node_modules matches its package-lock.json.
+# Idempotent: does nothing when every command is already on PATH (or in /usr/sbin, /sbin)
+# and the page's node_modules matches its package-lock.json.
 # Needs root (or passwordless apt-get as root) only when something is missing.
 set -euo pipefail
 
@@ -31,6 +33,7 @@ declare -A PKG_FOR=(
   [chromium]=chromium
   [node]=nodejs
   [npm]=npm
+  [dnsmasq]=dnsmasq
 )
 KAMAILIO_TLS_MODULE='/usr/lib/*/kamailio/modules/tls.so'
 KAMAILIO_WS_MODULE='/usr/lib/*/kamailio/modules/websocket.so'
@@ -52,8 +55,8 @@ install_page_modules() {
 
 missing_cmds=()
 missing_pkgs=()
-for cmd in sipp sipsak ip python3 dot psql kamailio chromium node npm; do
-  if ! command -v "$cmd" >/dev/null 2>&1; then
+for cmd in sipp sipsak ip python3 dot psql kamailio chromium node npm dnsmasq; do
+  if ! PATH="$PATH:/usr/sbin:/sbin" command -v "$cmd" >/dev/null 2>&1; then
     missing_cmds+=("$cmd")
     missing_pkgs+=("${PKG_FOR[$cmd]}")
   fi
@@ -68,7 +71,7 @@ fi
 if [ "${#missing_pkgs[@]}" -eq 0 ]; then
   install_page_modules
   echo "install-test-deps: all present (sipp, sipsak, ip, python3, dot, psql, kamailio with TLS and WebSocket," \
-       "chromium, node, npm, JsSIP in tests/system/browser/node_modules)"
+       "chromium, node, npm, dnsmasq, JsSIP in tests/system/browser/node_modules)"
   exit 0
 fi
 
@@ -91,7 +94,7 @@ apt-get install -y --no-install-recommends "${missing_pkgs[@]}"
 
 still_missing=()
 for cmd in "${missing_cmds[@]}"; do
-  command -v "$cmd" >/dev/null 2>&1 || still_missing+=("$cmd")
+  PATH="$PATH:/usr/sbin:/sbin" command -v "$cmd" >/dev/null 2>&1 || still_missing+=("$cmd")
 done
 compgen -G "$KAMAILIO_TLS_MODULE" >/dev/null || still_missing+=("kamailio-tls-modules ($KAMAILIO_TLS_MODULE)")
 compgen -G "$KAMAILIO_WS_MODULE" >/dev/null || still_missing+=("kamailio-websocket-modules ($KAMAILIO_WS_MODULE)")
