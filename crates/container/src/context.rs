@@ -51,6 +51,11 @@ impl<'a> Context<'a> {
         matches!(uri, tandem_sip::Uri::Sip(sip) if self.st.locals.is_local_uri(sip))
     }
 
+    /// Whether this server has a listener for `transport` (requests can go out over it).
+    pub fn listens_on(&self, transport: tandem_sip::Transport) -> bool {
+        self.st.locals.for_transport(transport).is_some()
+    }
+
     pub fn random_u64(&mut self) -> u64 {
         self.st.ids.u64()
     }

@@ -37,7 +37,7 @@ pub use metrics::Metrics;
 pub use proxy::ProxyOptions;
 pub use routing::RouteRule;
 pub use runtime::{Container, StartError};
-pub use service::{Request, RequestKind, ResponseEvent, Service, ServiceId, UaProfile};
+pub use service::{DetachedRequest, Request, RequestKind, ResponseEvent, Service, ServiceId, UaProfile};
 pub use session::{AppSession, Dialog, LegRole, SessionState, SipSession};
 pub use store::{AppSessionCell, SessionCell, SessionStore};
 /// The server transaction a request arrived on (see [`Request::new`]).

@@ -49,6 +49,57 @@ impl<'a> Request<'a> {
     pub fn method(&self) -> &Method {
         self.msg.method().unwrap_or(&Method::Options)
     }
+
+    /// An owned copy (the message is reference-counted, not copied) to act on later, e.g.
+    /// from a [`crate::Completion`] once an asynchronous lookup is done.
+    pub fn detach(&self) -> DetachedRequest {
+        DetachedRequest {
+            msg: self.msg.clone(),
+            tx: self.tx,
+            flow: self.flow,
+            kind: self.kind,
+            session: self.session,
+            app: self.app,
+            consumed_route: self.consumed_route,
+        }
+    }
+
+    /// The URI a proxy routes on: the first Route value the container did not consume, else
+    /// the Request-URI.
+    pub fn next_hop_uri(&self) -> Option<tandem_sip::Uri<'a>> {
+        let msg: &'a Message = self.msg;
+        let consumed = self.consumed_route.map(|(_, s)| s);
+        match msg.route_values().find(|(_, v)| msg.span_of(v) != consumed) {
+            Some((_, value)) => tandem_sip::NameAddr::parse(value)?.uri(),
+            None => msg.request_uri(),
+        }
+    }
+}
+
+/// A [`Request`] kept past its handler.
+#[derive(Debug, Clone)]
+pub struct DetachedRequest {
+    msg: Message,
+    tx: Option<ServerTxId>,
+    flow: Flow,
+    kind: RequestKind,
+    session: Option<SessionId>,
+    app: Option<AppSessionId>,
+    consumed_route: Option<(usize, tandem_sip::Span)>,
+}
+
+impl DetachedRequest {
+    pub fn request(&self) -> Request<'_> {
+        Request {
+            msg: &self.msg,
+            tx: self.tx,
+            flow: self.flow,
+            kind: self.kind,
+            session: self.session,
+            app: self.app,
+            consumed_route: self.consumed_route,
+        }
+    }
 }
 
 /// What came back for a request a service sent on a SIP session.

@@ -16,6 +16,6 @@ pub use dating::{dating_service, DatingConfig, DATING_CONTRACT};
 pub use dating_manual::{dating_manual_service, DatingManual};
 pub use media::{Media, MediaConfig, MediaConfigError};
 pub use pairing::{pairing_service, PAIRING_CONTRACT};
-pub use proxy::{Proxy, ProxyConfig};
+pub use proxy::{Proxy, ProxyConfig, ProxyDns};
 pub use registrar::{Location, Registrar, RegistrarConfig};
 pub use uas::{Uas, UasConfig};

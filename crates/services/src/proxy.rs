@@ -1,12 +1,15 @@
 //! `proxy`: a transaction-stateful, record-routing proxy. Initial requests go to the
 //! configured next hop, else to the contact registered for the Request-URI (when a
 //! `registrar` runs beside it), else to the Request-URI; subsequent ones follow loose routing,
-//! and reach registered contacts over the connection they registered on.
+//! and reach registered contacts over the connection they registered on. A next hop named
+//! by a host name is located with RFC 3263 (NAPTR, SRV, A/AAAA) when a resolver is given.
 
 use crate::registrar::{aor_key, Location};
 use serde::Deserialize;
 use std::sync::Arc;
-use tandem_container::{Context, Destination, ProxyOptions, Request, RequestKind, Service};
+use tandem_container::{Context, Destination, DetachedRequest, ProxyOptions, Request, RequestKind, Service};
+use tandem_resolver::{Resolver, SipTarget};
+use tandem_sip::{Transport, Uri};
 
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
@@ -21,6 +24,17 @@ pub struct Proxy {
     next_hop: Option<Destination>,
     record_route: bool,
     location: Option<Arc<Location>>,
+    dns: Option<ProxyDns>,
+}
+
+/// RFC 3263 resolution for next hops named by host: the resolver, the runtime its lookups
+/// run on, and the transports to use in order of preference (the configuration's list,
+/// reduced to those this server listens on).
+#[derive(Clone)]
+pub struct ProxyDns {
+    pub resolver: Resolver,
+    pub runtime: tokio::runtime::Handle,
+    pub preferences: Vec<Transport>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -33,7 +47,13 @@ impl Proxy {
             Some(s) => Some(Destination::parse(s).ok_or_else(|| InvalidNextHop(s.clone()))?),
             None => None,
         };
-        Ok(Proxy { next_hop, record_route: config.record_route.unwrap_or(true), location: None })
+        Ok(Proxy { next_hop, record_route: config.record_route.unwrap_or(true), location: None, dns: None })
+    }
+
+    /// Locates next hops named by host name (RFC 3263); without it they get 503.
+    pub fn with_dns(mut self, dns: ProxyDns) -> Proxy {
+        self.dns = Some(dns);
+        self
     }
 
     /// Routes requests for registered users to their contacts (the registrar's bindings).
@@ -61,6 +81,12 @@ impl Service for Proxy {
             Some(Target::Unavailable) => return ctx.respond_with(req, 480, &[("Warning", "399 tandem \"not registered\"")], None),
             None => {}
         }
+        if let (Some(dns), None) = (&self.dns, options.destination) {
+            if let Some(Uri::Sip(sip)) = req.next_hop_uri().filter(|u| Destination::from_uri(u).is_none()) {
+                let target = SipTarget::from_uri(&sip);
+                return self.resolve_then_forward(ctx, req, dns, target, options.record_route);
+            }
+        }
         if let Err(e) = ctx.proxy(req, options) {
             tracing::debug!(error = %e, "proxy could not forward");
         }
@@ -68,6 +94,21 @@ impl Service for Proxy {
 }
 
 impl Proxy {
+    /// Looks the host up off the executor, then forwards on the executor the request came in
+    /// on, to the first target (an INVITE is answered 100 Trying meanwhile). Failing
+    /// resolution answers 503.
+    fn resolve_then_forward(&self, ctx: &mut Context<'_>, req: &Request<'_>, dns: &ProxyDns, target: SipTarget, record_route: bool) {
+        if req.method() == &tandem_sip::Method::Invite {
+            ctx.respond(req, 100);
+        }
+        let preferences: Vec<Transport> = dns.preferences.iter().copied().filter(|t| ctx.listens_on(*t)).collect();
+        let (resolver, completion, detached) = (dns.resolver.clone(), ctx.completion(), req.detach());
+        dns.runtime.spawn(async move {
+            let resolved = resolver.resolve(&target, &preferences).await;
+            completion.complete(Box::new(move |ctx: &mut Context<'_>| forward_resolved(ctx, &detached, &target, resolved, record_route)));
+        });
+    }
+
     /// Initial requests: the newest binding of the Request-URI's AOR (retargeted to its
     /// contact). Others: the binding whose contact is the Request-URI, if any (the only route
     /// to a browser whose contact host is `.invalid`). An unregistered user of this server's
@@ -83,6 +124,35 @@ impl Proxy {
             Some(b) => Some(Target::Registered(b.destination, Some(b.contact))),
             None if ctx.is_local_uri(&uri) && req.method() != &tandem_sip::Method::Ack => Some(Target::Unavailable),
             None => None,
+        }
+    }
+}
+
+fn forward_resolved(
+    ctx: &mut Context<'_>,
+    detached: &DetachedRequest,
+    target: &SipTarget,
+    resolved: Result<Vec<tandem_resolver::Target>, tandem_resolver::ResolveError>,
+    record_route: bool,
+) {
+    let req = detached.request();
+    match resolved.as_deref().map(|targets| targets.first()) {
+        Ok(Some(first)) => {
+            tracing::debug!(host = target.host(), transport = ?first.transport, addr = %first.addr, "next hop located");
+            let destination = Destination { transport: first.transport, addr: first.addr };
+            let options = ProxyOptions { destination: Some(destination), record_route, ..Default::default() };
+            if let Err(e) = ctx.proxy(&req, options) {
+                tracing::debug!(error = %e, "proxy could not forward");
+            }
+        }
+        Ok(None) => ctx.respond_with(&req, 503, &[("Warning", "399 tandem \"no target for the next hop\"")], None),
+        Err(e) => {
+            tracing::debug!(host = target.host(), error = %e, "next hop not located");
+            // Inside a quoted string: no quotes, backslashes or line breaks from the error text.
+            let reason: String =
+                format!("cannot locate {}: {e}", target.host()).chars().filter(|c| !matches!(c, '"' | '\\' | '\r' | '\n')).collect();
+            let warning = format!("399 tandem \"{reason}\"");
+            ctx.respond_with(&req, 503, &[("Warning", &warning)], None);
         }
     }
 }

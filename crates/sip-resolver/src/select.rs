@@ -22,7 +22,7 @@ pub fn srv_name(transport: Transport, host: &str) -> Option<String> {
         Transport::Tcp => "_sip._tcp",
         Transport::Tls => "_sips._tcp",
         Transport::Sctp => "_sip._sctp",
-        Transport::Ws | Transport::Wss | Transport::Other => return None,
+        Transport::Ws | Transport::Wss | Transport::InProc | Transport::Other => return None,
     };
     Some(format!("{prefix}.{}", host.trim_end_matches('.')))
 }

@@ -26,6 +26,8 @@ pub struct Config {
     #[serde(default)]
     pub registrar: RegistrarConfig,
     #[serde(default)]
+    pub dns: DnsSection,
+    #[serde(default)]
     pub b2bua: B2buaConfig,
     #[serde(default)]
     pub database: tandem_db::DatabaseConfig,
@@ -85,6 +87,47 @@ impl TransportSection {
             udp_readers: self.udp_readers,
             ..TransportConfig::default()
         }
+    }
+}
+
+/// `[dns]`: how the proxy locates next hops named by host (RFC 3263).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DnsSection {
+    /// `IP:PORT` of the one DNS server to ask; absent: the system's (/etc/resolv.conf).
+    pub nameserver: Option<String>,
+    /// Transports in order of preference for RFC 3263 selection (only those listened on count).
+    pub transports: Vec<String>,
+    /// Seed of the SRV weighted choice (deterministic, like everything handlers see).
+    pub seed: u64,
+}
+
+impl Default for DnsSection {
+    fn default() -> Self {
+        DnsSection { nameserver: None, transports: ["udp", "tcp", "tls", "ws", "wss"].map(String::from).to_vec(), seed: 0 }
+    }
+}
+
+impl DnsSection {
+    pub fn preferences(&self) -> Result<Vec<tandem_sip::Transport>> {
+        self.transports
+            .iter()
+            .map(|name| match tandem_sip::Transport::parse(name) {
+                tandem_sip::Transport::Other => bail!("dns.transports: unknown transport {name:?} (udp, tcp, tls, ws, wss)"),
+                t => Ok(t),
+            })
+            .collect()
+    }
+
+    pub fn resolver(&self) -> Result<tandem_resolver::Resolver> {
+        let resolver = match &self.nameserver {
+            Some(addr) => {
+                let addr = addr.parse().with_context(|| format!("dns.nameserver {addr:?} is not IP:PORT"))?;
+                tandem_resolver::Resolver::with_nameserver(addr)?
+            }
+            None => tandem_resolver::Resolver::from_system_conf()?,
+        };
+        Ok(resolver.with_seed(self.seed))
     }
 }
 
@@ -161,6 +204,7 @@ impl Config {
                 bail!("{key} is a TLS destination: set tls.ca (PEM trust roots for outgoing TLS)");
             }
         }
+        config.dns.preferences()?;
         for (service, name) in &config.negotiator {
             name.parse::<tandem_engine::Negotiator>().map_err(|e| anyhow::anyhow!("negotiator.{service}: {e}"))?;
         }

@@ -202,9 +202,17 @@ async fn run(args: RunArgs) -> Result<()> {
     };
     // Bindings the registrar makes and the proxy routes with.
     let location = tandem_services::Location::new();
+    let mut proxy = Proxy::new(&config.proxy)?.with_location(location.clone());
+    match config.dns.resolver() {
+        Ok(resolver) => {
+            let runtime = tokio::runtime::Handle::current();
+            proxy = proxy.with_dns(tandem_services::ProxyDns { resolver, runtime, preferences: config.dns.preferences()? });
+        }
+        Err(e) => tracing::warn!(error = %format!("{e:#}"), "no DNS resolver: next hops named by host get 503"),
+    }
     let mut services: Vec<(String, Arc<dyn Service>)> = vec![
         ("uas".to_string(), Arc::new(Uas::new(&config.uas))),
-        ("proxy".to_string(), Arc::new(Proxy::new(&config.proxy)?.with_location(location.clone()))),
+        ("proxy".to_string(), Arc::new(proxy)),
         ("registrar".to_string(), Arc::new(tandem_services::Registrar::new(&config.registrar, location))),
         ("pairing".to_string(), tandem_services::pairing_service(config.negotiator_for("pairing"))?),
         ("dating".to_string(), tandem_services::dating_service(&config.dating, config.negotiator_for("dating"))?),
