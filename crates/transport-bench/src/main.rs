@@ -111,8 +111,8 @@ impl Plan {
             transports,
             sizes: pick(&cli.sizes, &[300, 1024, 4096, 16_384, 61_440], &[300, 61_440]),
             session_lengths: pick(&cli.session_lengths, &[1, 10, 100, 1000], &[1, 10, 100]),
-            rounds: cli.rounds.unwrap_or(if cli.quick { 1 } else { 5 }),
-            exchanges: cli.exchanges.unwrap_or(if cli.quick { 100 } else { 1000 }),
+            rounds: cli.rounds.unwrap_or(if cli.quick { 1 } else { 10 }),
+            exchanges: cli.exchanges.unwrap_or(if cli.quick { 100 } else { 2000 }),
             max_sessions: cli.max_sessions.unwrap_or(if cli.quick { 20 } else { 100 }),
             runtime: if cli.current_thread { "tokio current-thread".to_string() } else { format!("tokio multi-thread, {workers} workers") },
         })
@@ -215,7 +215,7 @@ async fn measure(
     let config = tandem::config(pki.tls_config());
     let tandem_server = tandem::Server::start(spec, config.clone(), msgs.response.clone()).await?;
     let raw_server = match entry.raw {
-        Some(kind) => Some((kind, raw::Server::start(kind, msgs.response.clone(), pki).await?)),
+        Some(kind) => Some((raw::Client::new(kind).await?, raw::Server::start(kind, msgs.response.clone(), pki).await?)),
         None => None,
     };
     // A datagram transport keeps one endpoint A for all its sessions; a stream transport binds a
@@ -241,8 +241,8 @@ async fn measure(
                         record(&mut tandem_samples, outcome, entry.name, "tandem");
                     }
                     Side::Raw => {
-                        if let Some((kind, server)) = &raw_server {
-                            let outcome = raw::session(*kind, server.addr, pki, &msgs.request, length).await;
+                        if let Some((client, server)) = &raw_server {
+                            let outcome = client.session(server.addr, pki, &msgs.request, length).await;
                             record(&mut raw_samples, outcome, entry.name, "raw");
                         }
                     }

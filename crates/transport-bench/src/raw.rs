@@ -131,22 +131,37 @@ async fn read_message<S: AsyncRead + Unpin>(stream: &mut S, buf: &mut BytesMut, 
     }
 }
 
-/// One baseline session: `n` sequential exchanges on a fresh socket (a new connection for TCP
-/// and TLS, whose set-up counts in the first exchange, as it does for Tandem).
-pub async fn session(kind: Raw, server: SocketAddr, pki: &Pki, request: &Bytes, n: usize) -> anyhow::Result<(Vec<u64>, Duration)> {
-    tokio::time::timeout(TIMEOUT + Duration::from_millis(n as u64 * 10), async {
-        match kind {
-            Raw::Udp => udp_session(server, request, n).await,
-            Raw::Tcp | Raw::Tls => stream_session(kind, server, pki, request, n).await,
-        }
-    })
-    .await
-    .context("session timed out")?
+/// Endpoint A of the baseline: for UDP one socket for all sessions, as Tandem's UDP endpoint A.
+pub struct Client {
+    kind: Raw,
+    udp: Option<UdpSocket>,
 }
 
-async fn udp_session(server: SocketAddr, request: &Bytes, n: usize) -> anyhow::Result<(Vec<u64>, Duration)> {
+impl Client {
+    pub async fn new(kind: Raw) -> anyhow::Result<Client> {
+        let udp = match kind {
+            Raw::Udp => Some(UdpSocket::bind("127.0.0.1:0").await?),
+            Raw::Tcp | Raw::Tls => None,
+        };
+        Ok(Client { kind, udp })
+    }
+
+    /// One session: `n` sequential exchanges (over a new connection for TCP and TLS, whose
+    /// set-up counts in the first exchange, as it does for Tandem).
+    pub async fn session(&self, server: SocketAddr, pki: &Pki, request: &Bytes, n: usize) -> anyhow::Result<(Vec<u64>, Duration)> {
+        tokio::time::timeout(TIMEOUT + Duration::from_millis(n as u64 * 10), async {
+            match &self.udp {
+                Some(socket) => udp_session(socket, server, request, n).await,
+                None => stream_session(self.kind, server, pki, request, n).await,
+            }
+        })
+        .await
+        .context("session timed out")?
+    }
+}
+
+async fn udp_session(socket: &UdpSocket, server: SocketAddr, request: &Bytes, n: usize) -> anyhow::Result<(Vec<u64>, Duration)> {
     let limits = limits();
-    let socket = UdpSocket::bind("127.0.0.1:0").await?;
     let mut buf = vec![0u8; limits.max_message_bytes + 1];
     let mut latencies = Vec::with_capacity(n);
     let start = Instant::now();
