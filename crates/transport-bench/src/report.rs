@@ -73,6 +73,8 @@ pub struct Row {
     pub raw: Option<Summary>,
     /// Tandem p50 / raw p50 − 1, all rounds pooled.
     pub overhead: Option<f64>,
+    /// Tandem p50 − raw p50, µs.
+    pub overhead_us: Option<f64>,
     /// The same, round by round (how much the noise moves it).
     pub overhead_by_round: Vec<f64>,
 }
@@ -109,6 +111,8 @@ pub struct Report {
     pub abstraction_overhead_worst: Option<f64>,
     /// Median over transports and sizes, per session length.
     pub abstraction_overhead_by_session_length: Vec<(usize, Option<f64>)>,
+    /// Median over sizes at the longest session length, per transport.
+    pub abstraction_overhead_by_transport: Vec<(&'static str, Option<f64>)>,
     /// TCP p50 / in-process p50 at the largest size and longest session; null until an
     /// in-process transport exists.
     pub inprocess_vs_tcp_largest: Option<f64>,
@@ -147,6 +151,7 @@ impl Report {
                 let tandem = pooled(&m.tandem).summary();
                 let raw = (!m.raw.is_empty()).then(|| pooled(&m.raw).summary());
                 let overhead = raw.as_ref().and_then(|r| p50_ratio(&tandem, r)).map(|x| round4(x - 1.0));
+                let overhead_us = raw.as_ref().map(|r| ((tandem.p50_us - r.p50_us) * 10.0).round() / 10.0);
                 let overhead_by_round = m
                     .tandem
                     .iter()
@@ -161,6 +166,7 @@ impl Report {
                     tandem,
                     raw,
                     overhead,
+                    overhead_us,
                     overhead_by_round,
                 });
             }
@@ -183,6 +189,14 @@ impl Report {
         let at_longest = overheads_at(longest);
         let abstraction_overhead = median(&at_longest).map(round4);
         let abstraction_overhead_worst = at_longest.iter().copied().reduce(f64::max);
+        let by_transport = transports
+            .iter()
+            .filter(|t| !t.results.is_empty())
+            .map(|t| {
+                let at: Vec<f64> = t.results.iter().filter(|r| r.session_length == longest).filter_map(|r| r.overhead).collect();
+                (t.name, median(&at).map(round4))
+            })
+            .collect();
         let by_length = plan.session_lengths.iter().map(|&l| (l, median(&overheads_at(l)).map(round4))).collect();
 
         let largest = plan.sizes.iter().copied().max().unwrap_or(0);
@@ -216,6 +230,7 @@ impl Report {
             ),
             abstraction_overhead_worst: abstraction_overhead_worst.map(round4),
             abstraction_overhead_by_session_length: by_length,
+            abstraction_overhead_by_transport: by_transport,
             inprocess_vs_tcp_largest,
             inprocess_vs_tcp_note,
             goals: Goals {
@@ -266,6 +281,8 @@ impl Report {
         );
         let by: Vec<String> = self.abstraction_overhead_by_session_length.iter().map(|(l, o)| format!("{l}: {}", pct(*o))).collect();
         let _ = writeln!(out, "- Median overhead by session length: {}.", by.join(", "));
+        let by: Vec<String> = self.abstraction_overhead_by_transport.iter().map(|(t, o)| format!("{t}: {}", pct(*o))).collect();
+        let _ = writeln!(out, "- Median overhead by transport (longest sessions): {}.", by.join(", "));
         let _ = writeln!(
             out,
             "- In-process vs TCP at the largest size: {} (goal ≥ {:.0}×).",
@@ -275,15 +292,15 @@ impl Report {
         let _ = writeln!(out, "- Failed sessions: {}; server-side errors: {}.\n", self.failed_sessions(), self.server_errors);
         let _ = writeln!(out, "## Method\n\n{}\n", self.method);
         let _ = writeln!(out, "## Results\n");
-        let _ = writeln!(out, "Latency is per exchange (round trip) in µs; the first exchange of a TCP or TLS session includes connecting (and the handshake). Overhead = Tandem p50 / raw p50 − 1; the range is over rounds.\n");
+        let _ = writeln!(out, "Latency is per exchange (round trip) in µs; the first exchange of a TCP or TLS session includes connecting (and the handshake). Overhead = Tandem p50 / raw p50 − 1 (and Tandem p50 − raw p50 in µs); the range is the overhead round by round.\n");
         let _ = writeln!(
             out,
-            "| transport | size B | session | exchanges | Tandem p50 | p95 | p99 | exch/s | raw p50 | p95 | p99 | exch/s | overhead | by round |"
+            "| transport | size B | session | exchanges | Tandem p50 | p95 | p99 | exch/s | raw p50 | p95 | p99 | exch/s | overhead | µs | by round |"
         );
-        let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+        let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
         for t in &self.transports {
             if !t.measured {
-                let _ = writeln!(out, "| {} | — | — | — | {} | | | | | | | | | |", t.name, t.note);
+                let _ = writeln!(out, "| {} | — | — | — | {} | | | | | | | | | | |", t.name, t.note);
                 continue;
             }
             for r in &t.results {
@@ -302,7 +319,7 @@ impl Report {
                     };
                 let _ = writeln!(
                     out,
-                    "| {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.0} | {} | {} | {} | {} | {} | {} |",
+                    "| {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.0} | {} | {} | {} | {} | {} | {} | {} |",
                     t.name,
                     r.size_bytes,
                     r.session_length,
@@ -316,6 +333,7 @@ impl Report {
                     rp99,
                     rtp,
                     pct(r.overhead),
+                    r.overhead_us.map_or(String::new(), |us| format!("{us:+.1}")),
                     range
                 );
             }
