@@ -1,5 +1,5 @@
-//! `transport-bench`: the transport micro benchmark of issue 6, after §6.1 of "Type-Safe
-//! Eventful Sessions / transport-independent sessions" (SJ): SIP ping-pong between two Tandem
+//! `transport-bench`: the transport micro benchmark of issue 6, after §6.1 of the SJ paper on
+//! transport-independent sessions (../shared/papers/): SIP ping-pong between two Tandem
 //! endpoints in one process, over each transport, for several message sizes and session
 //! lengths, side by side with the same exchange on raw tokio sockets.
 //!
