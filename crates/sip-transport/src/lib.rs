@@ -181,6 +181,8 @@ pub(crate) struct Listener {
     pub protocol: Protocol,
     pub local: SocketAddr,
     pub udp: Option<Arc<UdpSocket>>,
+    /// The same UDP socket, for sending (see `udp::bind`).
+    pub udp_sender: Option<std::net::UdpSocket>,
 }
 
 #[derive(Default)]
@@ -236,9 +238,9 @@ impl Transports {
         for spec in specs {
             match spec.protocol {
                 Protocol::Udp => {
-                    let socket = udp::bind(spec.addr, config.udp_socket_buffer_bytes)?;
+                    let (socket, sender) = udp::bind(spec.addr, config.udp_socket_buffer_bytes)?;
                     let local = socket.local_addr()?;
-                    listeners.push(Listener { protocol: Protocol::Udp, local, udp: Some(Arc::new(socket)) });
+                    listeners.push(Listener { protocol: Protocol::Udp, local, udp: Some(Arc::new(socket)), udp_sender: Some(sender) });
                 }
                 Protocol::InProc => {
                     if config.in_process.is_none() {
@@ -247,12 +249,12 @@ impl Transports {
                             format!("listener {spec} needs an in-process hub (TransportConfig::in_process)"),
                         ));
                     }
-                    listeners.push(Listener { protocol: Protocol::InProc, local: spec.addr, udp: None });
+                    listeners.push(Listener { protocol: Protocol::InProc, local: spec.addr, udp: None, udp_sender: None });
                 }
                 Protocol::Tcp | Protocol::Ws => {
                     let listener = tcp::bind(spec.addr)?;
                     let local = listener.local_addr()?;
-                    listeners.push(Listener { protocol: spec.protocol, local, udp: None });
+                    listeners.push(Listener { protocol: spec.protocol, local, udp: None, udp_sender: None });
                     tcp_sockets.push((listeners.len() - 1, listener, None));
                 }
                 Protocol::Tls | Protocol::Wss => {
@@ -264,7 +266,7 @@ impl Transports {
                     };
                     let listener = tcp::bind(spec.addr)?;
                     let local = listener.local_addr()?;
-                    listeners.push(Listener { protocol: spec.protocol, local, udp: None });
+                    listeners.push(Listener { protocol: spec.protocol, local, udp: None, udp_sender: None });
                     tcp_sockets.push((listeners.len() - 1, listener, Some(acceptor)));
                 }
             }

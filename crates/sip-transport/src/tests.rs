@@ -495,3 +495,20 @@ async fn in_process_hand_over_both_ways_without_sockets() {
     assert_eq!(err.map(|e| e.kind()), Some(std::io::ErrorKind::InvalidInput));
     a.shutdown();
 }
+
+#[tokio::test]
+async fn udp_first_datagrams_of_a_fresh_listener_are_sent() {
+    // tokio's try_send_to refused until the reactor had seen the socket writable: the first
+    // datagram of a new listener was dropped about a third of the time.
+    let receiver = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let to = Flow { transport: Transport::Udp, listener: 0, connection: 0, remote: receiver.local_addr().unwrap() };
+    for round in 0..20 {
+        let (t, _sink) = start(TransportConfig::default()).await;
+        t.send(to, Bytes::from(format!("ping {round}"))).unwrap();
+        let mut buf = [0u8; 32];
+        let (n, _) = tokio::time::timeout(Duration::from_secs(2), receiver.recv_from(&mut buf)).await.expect("datagram lost").unwrap();
+        assert_eq!(&buf[..n], format!("ping {round}").as_bytes());
+        assert_eq!(t.stats().udp_send_dropped.load(Ordering::Relaxed), 0);
+        t.shutdown();
+    }
+}

@@ -7,14 +7,20 @@ use std::sync::Arc;
 use tandem_sip::{parse_datagram, Flow, Transport};
 use tokio::net::UdpSocket;
 
-pub(crate) fn bind(addr: SocketAddr, buffer_bytes: usize) -> std::io::Result<UdpSocket> {
+/// The bound socket twice: tokio's, for the read loops, and a plain non-blocking handle on the
+/// same socket for sending. Sending on tokio's (`try_send_to`) fails with WouldBlock until
+/// the reactor has reported the socket writable once — a fresh listener silently dropped its
+/// first datagrams (found by the transport benchmark); the plain handle only fails when the
+/// kernel's send buffer is really full.
+pub(crate) fn bind(addr: SocketAddr, buffer_bytes: usize) -> std::io::Result<(UdpSocket, std::net::UdpSocket)> {
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(SockProtocol::UDP))?;
     // Best effort: the kernel caps these at net.core.{r,w}mem_max.
     let _ = socket.set_recv_buffer_size(buffer_bytes);
     let _ = socket.set_send_buffer_size(buffer_bytes);
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
-    UdpSocket::from_std(socket.into())
+    let sender: std::net::UdpSocket = socket.try_clone()?.into();
+    Ok((UdpSocket::from_std(socket.into())?, sender))
 }
 
 /// Reads datagrams, copying each into a buffer of its own size: a message kept alive by a
@@ -50,10 +56,10 @@ pub(crate) fn send(inner: &Inner, flow: Flow, payload: &Bytes) -> Result<(), Sen
     let socket = inner
         .listeners
         .get(flow.listener as usize)
-        .and_then(|l| l.udp.as_ref())
-        .or_else(|| inner.listeners.iter().find_map(|l| l.udp.as_ref()))
+        .and_then(|l| l.udp_sender.as_ref())
+        .or_else(|| inner.listeners.iter().find_map(|l| l.udp_sender.as_ref()))
         .ok_or(SendError::NoListener(Transport::Udp))?;
-    match socket.try_send_to(payload, flow.remote) {
+    match socket.send_to(payload, flow.remote) {
         Ok(_) => Ok(()),
         Err(e) => {
             // UDP is lossy by contract: the transaction layer retransmits what matters.
