@@ -144,7 +144,68 @@ def run_profiles(env, media, dating):
           "service answered (media.answer_delay=100ms should allow it); transitions %s" % taken)
 
 
-CASES = [(None, run)]
+class Companion:
+    """The media companion container inside the dating tandem's process (its own admin port)."""
+
+    def __init__(self, host, name, admin):
+        self.host, self.name, self.admin_url = host, name, "http://%s:%d" % admin
+
+    @property
+    def proc(self):
+        return self.host.proc
+
+    def alive(self):
+        return self.host.alive()
+
+    def get(self, path, timeout=3.0):
+        return common.http_get(self.admin_url + path, timeout=timeout)
+
+
+COMPANION_CONFIG = """
+[dating]
+media = "inproc:127.0.0.1:5070"
+
+[[companion]]
+service = "media"
+listen = ["inproc:127.0.0.1:5070"]
+admin = "127.0.0.1:%(admin)d"
+
+[media]
+%(media)s
+"""
+
+
+def run_in_process(env):
+    """The same profiles against one process: dating in the main container, media in a
+    companion container, the two talking over the in-process transport."""
+    common.require_sipp()
+    admin = common.free_port()
+    media_lines = "\n".join("%s = %s" % (k.split(".", 1)[1], '"%s"' % v if not v.replace(".", "").isdigit() else v)
+                             for k, v in (s.split("=", 1) for s in MEDIA_SETS))
+    cfg = os.path.join(env.test_dir, "dating-inprocess.toml")
+    with open(cfg, "w") as f:
+        f.write(COMPANION_CONFIG % {"admin": admin, "media": media_lines})
+    port = common.free_port()
+    dating = common.Tandem(env, name="tandem-dating", service="dating", extra_args=["--config", cfg],
+                           listen=[("udp", "127.0.0.1", port), ("tcp", "127.0.0.1", port), ("inproc", "127.0.0.1", 5071)])
+    try:
+        start_or_skip(dating, "dating")
+        out = dating.stdout_text()
+        check("companion media listening on inproc:127.0.0.1:5070" in out, "no in-process media companion:\n%s" % out)
+        media = Companion(dating, "media-companion", ("127.0.0.1", admin))
+        run_profiles(env, media, dating)
+        samples = metrics(dating)
+        inproc_out = common.metric_sum(samples, "tandem_messages_out_total", transport="inproc")
+        inproc_in = common.metric_sum(samples, "tandem_messages_in_total", transport="inproc")
+        udp_out = common.metric_sum(samples, "tandem_messages_out_total", transport="udp")
+        env.log("dating: %s messages out and %s in over inproc, %s out over udp" % (inproc_out, inproc_in, udp_out))
+        check((inproc_out or 0) > 0 and (inproc_in or 0) > 0, "dating exchanged no message in-process with media")
+        dating.stop()
+    finally:
+        dating.kill()
+
+
+CASES = [(None, run), ("inprocess", run_in_process)]
 
 
 if __name__ == "__main__":

@@ -41,6 +41,22 @@ pub struct Config {
     pub negotiator: std::collections::BTreeMap<String, String>,
     #[serde(default, rename = "route")]
     pub routes: Vec<RouteRule>,
+    /// Further containers in this process (`[[companion]]`), each running one service; with
+    /// `inproc:` listeners they and the main container talk in-process.
+    #[serde(default, rename = "companion")]
+    pub companions: Vec<CompanionSection>,
+}
+
+/// `[[companion]]`: another container in the same process, sharing every other section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompanionSection {
+    /// The one service it runs (every request is routed to it).
+    pub service: String,
+    /// Its listeners, e.g. `["inproc:127.0.0.1:5070"]` (a name, nothing is bound).
+    pub listen: Vec<String>,
+    /// Its own admin endpoint (health, metrics), `IP:PORT`.
+    pub admin: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -205,6 +221,11 @@ impl Config {
             }
         }
         config.dns.preferences()?;
+        for companion in &config.companions {
+            if config.companion_listen_specs(companion)?.is_empty() {
+                bail!("companion {:?} has no listener", companion.service);
+            }
+        }
         for (service, name) in &config.negotiator {
             name.parse::<tandem_engine::Negotiator>().map_err(|e| anyhow::anyhow!("negotiator.{service}: {e}"))?;
         }
@@ -222,6 +243,14 @@ impl Config {
 
     pub fn listen_specs(&self) -> Result<Vec<ListenSpec>> {
         self.server.listen.iter().map(|s| s.parse::<ListenSpec>().with_context(|| format!("server.listen entry {s:?}"))).collect()
+    }
+
+    pub fn companion_listen_specs(&self, companion: &CompanionSection) -> Result<Vec<ListenSpec>> {
+        companion
+            .listen
+            .iter()
+            .map(|s| s.parse::<ListenSpec>().with_context(|| format!("companion {:?}: listen entry {s:?}", companion.service)))
+            .collect()
     }
 }
 

@@ -200,6 +200,70 @@ async fn run(args: RunArgs) -> Result<()> {
         Some(name) => vec![RouteRule::catch_all(name)],
         None => config.routes.clone(),
     };
+    // One hub per process: every container's `inproc:` listeners register in it.
+    let hub = tandem_transport::InProcessHub::new();
+    let mut transport = config.transport_config()?;
+    transport.in_process = Some(hub.clone());
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut running: Vec<(Arc<Container>, Option<tokio::task::JoinHandle<()>>)> = Vec::new();
+    // Companions first: the main container's first in-process sends must find them.
+    for companion in &config.companions {
+        let routes = vec![RouteRule::catch_all(&companion.service)];
+        let services = build_services(&config, &routes).await?;
+        let settings = ContainerSettings { container: config.container.clone(), routes };
+        let listen = config.companion_listen_specs(companion)?;
+        let container = Container::start(settings, services, &listen, transport.clone())
+            .await
+            .with_context(|| format!("starting companion {:?}", companion.service))?;
+        let container = Arc::new(container);
+        for (protocol, addr) in container.local_addrs() {
+            println!("companion {} listening on {}:{addr}", companion.service, protocol.as_str());
+        }
+        let admin = start_admin(companion.admin.as_deref(), &container, &stop_rx, &format!("companion {} admin", companion.service)).await?;
+        running.push((container, admin));
+    }
+    let services = build_services(&config, &routes).await?;
+    let settings = ContainerSettings { container: config.container.clone(), routes };
+    let listen = config.listen_specs()?;
+    let container = Arc::new(Container::start(settings, services, &listen, transport).await?);
+    for (protocol, addr) in container.local_addrs() {
+        println!("listening on {}:{addr}", protocol.as_str());
+    }
+    let admin = start_admin(config.server.admin.as_deref(), &container, &stop_rx, "admin").await?;
+    println!("services: {}", container.services().join(", "));
+    running.insert(0, (container, admin));
+    wait_for_signal().await?;
+    tracing::info!("shutting down");
+    let _ = stop_tx.send(true);
+    for (container, admin) in running {
+        if let Some(task) = admin {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), task).await;
+        }
+        match Arc::try_unwrap(container) {
+            Ok(container) => container.shutdown().await,
+            Err(_) => tracing::warn!("container still referenced at shutdown"),
+        }
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn start_admin(
+    addr: Option<&str>,
+    container: &Arc<Container>,
+    stop: &tokio::sync::watch::Receiver<bool>,
+    what: &str,
+) -> Result<Option<tokio::task::JoinHandle<()>>> {
+    let Some(addr) = addr else { return Ok(None) };
+    let addr = addr.parse().with_context(|| format!("{what} {addr:?} is not IP:PORT"))?;
+    let (local, task) = admin::serve(addr, container.clone(), stop.clone()).await.with_context(|| format!("starting the {what} endpoint"))?;
+    println!("{what} on http://{local}");
+    Ok(Some(task))
+}
+
+/// Every service a container can route to, built from the configuration. Each container
+/// gets its own instances (and its own registrar bindings).
+async fn build_services(config: &config::Config, routes: &[RouteRule]) -> Result<Vec<(String, Arc<dyn Service>)>> {
     // Bindings the registrar makes and the proxy routes with.
     let location = tandem_services::Location::new();
     let mut proxy = Proxy::new(&config.proxy)?.with_location(location.clone());
@@ -230,35 +294,7 @@ async fn run(args: RunArgs) -> Result<()> {
             services.push((name.to_string(), Arc::new(service)));
         }
     }
-    let settings = ContainerSettings { container: config.container.clone(), routes };
-    let listen = config.listen_specs()?;
-    let container = Arc::new(Container::start(settings, services, &listen, config.transport_config()?).await?);
-    for (protocol, addr) in container.local_addrs() {
-        println!("listening on {}:{addr}", protocol.as_str());
-    }
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let admin = match &config.server.admin {
-        Some(addr) => {
-            let addr = addr.parse().with_context(|| format!("server.admin {addr:?} is not IP:PORT"))?;
-            let (local, task) = admin::serve(addr, container.clone(), stop_rx).await.context("starting the admin endpoint")?;
-            println!("admin on http://{local}");
-            Some(task)
-        }
-        None => None,
-    };
-    println!("services: {}", container.services().join(", "));
-    wait_for_signal().await?;
-    tracing::info!("shutting down");
-    let _ = stop_tx.send(true);
-    if let Some(task) = admin {
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), task).await;
-    }
-    match Arc::try_unwrap(container) {
-        Ok(container) => container.shutdown().await,
-        Err(_) => tracing::warn!("container still referenced at shutdown"),
-    }
-    tracing::info!("stopped");
-    Ok(())
+    Ok(services)
 }
 
 async fn wait_for_signal() -> Result<()> {
