@@ -219,7 +219,8 @@ async fn run(args: RunArgs) -> Result<()> {
         for (protocol, addr) in container.local_addrs() {
             println!("companion {} listening on {}:{addr}", companion.service, protocol.as_str());
         }
-        let admin = start_admin(companion.admin.as_deref(), &container, &stop_rx, &format!("companion {} admin", companion.service)).await?;
+        let admin =
+            start_admin(companion.admin.as_deref(), &container, &stop_rx, &format!("companion {} admin", companion.service)).await?;
         running.push((container, admin));
     }
     let services = build_services(&config, &routes).await?;
@@ -256,7 +257,8 @@ async fn start_admin(
 ) -> Result<Option<tokio::task::JoinHandle<()>>> {
     let Some(addr) = addr else { return Ok(None) };
     let addr = addr.parse().with_context(|| format!("{what} {addr:?} is not IP:PORT"))?;
-    let (local, task) = admin::serve(addr, container.clone(), stop.clone()).await.with_context(|| format!("starting the {what} endpoint"))?;
+    let (local, task) =
+        admin::serve(addr, container.clone(), stop.clone()).await.with_context(|| format!("starting the {what} endpoint"))?;
     println!("{what} on http://{local}");
     Ok(Some(task))
 }
