@@ -171,6 +171,17 @@ impl Container {
         text.push_str("# HELP tandem_tls_handshake_failures TLS handshakes (in or out) that failed or timed out.\n");
         text.push_str("# TYPE tandem_tls_handshake_failures counter\n");
         text.push_str(&format!("tandem_tls_handshake_failures_total {tls_failed}\n"));
+        let stats = self.transports.stats();
+        let ws = [
+            ("tandem_ws_upgrade_failures", "WebSocket upgrades (in or out) refused, failed or timed out.", &stats.ws_upgrade_failed),
+            ("tandem_ws_oversize_closed", "WebSocket connections closed for a message above max_message_bytes.", &stats.ws_oversize_closed),
+            ("tandem_stream_idle_closed", "TCP, TLS and WebSocket connections closed after the idle timeout.", &stats.tcp_idle_closed),
+            ("tandem_stream_refused", "Stream connections refused by the connection limits.", &stats.tcp_refused),
+        ];
+        for (name, help, value) in ws {
+            let value = value.load(std::sync::atomic::Ordering::Relaxed);
+            text.push_str(&format!("# HELP {name} {help}\n# TYPE {name} counter\n{name}_total {value}\n"));
+        }
         text.push_str("# EOF\n");
         text
     }

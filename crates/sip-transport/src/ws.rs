@@ -113,12 +113,10 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let (write, read) = ws.split();
-    let mut writer = tokio::spawn(write_loop(write, rx));
-    let ended = read_loop(&inner, read, flow).await;
-    if ended != tcp::ReadEnd::Idle {
-        // As on TCP: responses to what was read may still be on their way through the executors.
-        let _ = tokio::time::timeout(tcp::LINGER, &mut writer).await;
-    }
+    let writer = tokio::spawn(write_loop(write, rx));
+    // Unlike TCP's half-close, a WebSocket that stopped reading is over (a Close frame
+    // ends both directions, RFC 6455 §5.5.1): no lingering for late responses.
+    let _ended = read_loop(&inner, read, flow).await;
     writer.abort();
     tcp::close(&inner, flow);
 }
