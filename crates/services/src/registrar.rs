@@ -214,14 +214,17 @@ impl Registrar {
         let current: Vec<String> = tables
             .by_aor
             .get(&aor)
-            .map(|bs| {
-                bs.iter().map(|b| format!("<{}>;expires={}", b.contact, b.expires_at.saturating_duration_since(now).as_secs())).collect()
-            })
+            .map(|bs| bs.iter().map(|b| format!("<{}>;expires={}", b.contact, seconds_left(b.expires_at, now))).collect())
             .unwrap_or_default();
         drop(tables);
         let headers: Vec<(&str, &str)> = current.iter().map(|c| ("Contact", c.as_str())).collect();
         ctx.respond_with(req, 200, &headers, None);
     }
+}
+
+/// Whole seconds a binding has left, rounded up (a fresh binding shows what was granted).
+fn seconds_left(expires_at: Instant, now: Instant) -> u64 {
+    (expires_at.saturating_duration_since(now).as_millis() as u64).div_ceil(1000)
 }
 
 /// Connection-oriented transports: the connection the REGISTER came on (the only way to reach
