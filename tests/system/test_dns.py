@@ -6,7 +6,9 @@ dnsmasq on 127.0.0.1 (a free port, only its own `.test` records, never forwardin
   _sip._udp.uas.test  SRV -> host.uas.test:PORT_DEAD  (nothing listens: chosen only if NAPTR order is ignored)
   srvonly.test  no NAPTR; _sip._udp SRV -> host.uas.test:PORT_UDP (the uas on UDP)
   host.uas.test A 127.0.0.1
-A tandem `proxy` asks only that server (dns.nameserver). A UDP client sends OPTIONS to
+A tandem `proxy` asks only that server (dns.nameserver); a second one has
+proxy.next_hop = "sip:uas.test" (an outbound proxy named by host: the Request-URI, a
+documentation address that is never contacted, does not matter). A UDP client sends OPTIONS to
 sip:ping@uas.test and sip:ping@srvonly.test through the proxy: the uas's 200 comes back, over
 TCP for the first (NAPTR order) and UDP for the second (SRV without NAPTR); a name with no
 records gets 503 with a Warning saying why; the proxy keeps serving meanwhile.
@@ -105,13 +107,21 @@ def case_naptr_srv_a(env):
             r = options_via(target, "sip:ping@nowhere.test")
             check(r is not None and r.code == 503 and "cannot locate nowhere.test" in (r.get("Warning") or ""),
                   "a name without records should get 503 with a Warning: %r" % r)
+            # A configured next hop named by host is located per request.
+            outbound = common.Tandem(env, name="outbound", service="proxy",
+                                     sets=["dns.nameserver=\"127.0.0.1:%d\"" % dns.port, "proxy.record_route=false",
+                                           "proxy.next_hop=\"sip:uas.test\""])
+            with outbound:
+                r = options_via(outbound.addr("udp"), "sip:ping@192.0.2.1")
+                check(r is not None and r.code == 200,
+                      "OPTIONS to an unreachable Request-URI through proxy.next_hop=sip:uas.test: %r" % r)
             _, metrics = common.http_get(uas.admin_url + "/metrics")
             proxy_alive = proxy.proc.poll() is None
         check(proxy_alive, "the proxy exited")
-        by_transport = {t: 'tandem_messages_in_total{method="OPTIONS",status_class="request",transport="%s"} 1' % t
-                        for t in ("tcp", "udp")}
+        by_transport = {t: 'tandem_messages_in_total{method="OPTIONS",status_class="request",transport="%s"} %d' % (t, n)
+                        for t, n in (("tcp", 2), ("udp", 1))}
         for t, line in by_transport.items():
-            check(line in metrics, "the uas should have received one OPTIONS over %s (NAPTR order, then SRV):\n%s"
+            check(line in metrics, "the uas should have received OPTIONS over %s as NAPTR and SRV order (tcp 2, udp 1):\n%s"
                   % (t, "\n".join(x for x in metrics.splitlines() if "OPTIONS" in x)))
     with open(dns.log, errors="replace") as f:
         queries = [line for line in f if "query[" in line]

@@ -14,7 +14,9 @@ use tandem_sip::{Transport, Uri};
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProxyConfig {
-    /// `IP:PORT` (UDP) or `tcp:IP:PORT`; absent: the Request-URI decides.
+    /// `IP:PORT` (UDP), `PROTO:IP:PORT` (udp, tcp, tls, ws, wss, inproc), or a SIP URI
+    /// located with RFC 3263 for each initial request, e.g. `sip:proxy.example.com` or
+    /// `sips:edge.example.com;transport=tcp`; absent: the Request-URI decides.
     pub next_hop: Option<String>,
     /// Stay on the dialog's path (Record-Route). On by default.
     pub record_route: Option<bool>,
@@ -22,6 +24,8 @@ pub struct ProxyConfig {
 
 pub struct Proxy {
     next_hop: Option<Destination>,
+    /// A next hop named by host, located per request (needs [`Proxy::with_dns`]).
+    next_hop_name: Option<SipTarget>,
     record_route: bool,
     location: Option<Arc<Location>>,
     dns: Option<ProxyDns>,
@@ -38,16 +42,27 @@ pub struct ProxyDns {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("proxy.next_hop {0:?} is not IP:PORT, udp:IP:PORT or tcp:IP:PORT")]
+#[error("proxy.next_hop {0:?} is not IP:PORT, PROTO:IP:PORT or a sip:/sips: URI")]
 pub struct InvalidNextHop(pub String);
 
 impl Proxy {
     pub fn new(config: &ProxyConfig) -> Result<Proxy, InvalidNextHop> {
-        let next_hop = match &config.next_hop {
-            Some(s) => Some(Destination::parse(s).ok_or_else(|| InvalidNextHop(s.clone()))?),
-            None => None,
-        };
-        Ok(Proxy { next_hop, record_route: config.record_route.unwrap_or(true), location: None, dns: None })
+        let (mut next_hop, mut next_hop_name) = (None, None);
+        if let Some(s) = &config.next_hop {
+            match (Destination::parse(s), Uri::parse(s)) {
+                (Some(d), _) => next_hop = Some(d),
+                (None, Some(uri)) => match Destination::from_uri(&uri) {
+                    Some(d) => next_hop = Some(d),
+                    None => match uri {
+                        Uri::Sip(sip) => next_hop_name = Some(SipTarget::from_uri(&sip)),
+                        _ => return Err(InvalidNextHop(s.clone())),
+                    },
+                },
+                (None, None) => return Err(InvalidNextHop(s.clone())),
+            }
+        }
+        let record_route = config.record_route.unwrap_or(true);
+        Ok(Proxy { next_hop, next_hop_name, record_route, location: None, dns: None })
     }
 
     /// Locates next hops named by host name (RFC 3263); without it they get 503.
@@ -69,8 +84,8 @@ impl Service for Proxy {
             RequestKind::Initial => ProxyOptions { destination: self.next_hop, record_route: self.record_route, ..Default::default() },
             RequestKind::Routed | RequestKind::InDialog => ProxyOptions { fallback: self.next_hop, ..Default::default() },
         };
-        let registered = match (&self.location, self.next_hop) {
-            (Some(location), None) => self.registered_target(ctx, req, location),
+        let registered = match (&self.location, self.next_hop, &self.next_hop_name) {
+            (Some(location), None, None) => self.registered_target(ctx, req, location),
             _ => None,
         };
         match &registered {
@@ -80,6 +95,12 @@ impl Service for Proxy {
             }
             Some(Target::Unavailable) => return ctx.respond_with(req, 480, &[("Warning", "399 tandem \"not registered\"")], None),
             None => {}
+        }
+        if let (Some(name), RequestKind::Initial) = (&self.next_hop_name, req.kind) {
+            return match &self.dns {
+                Some(dns) => self.resolve_then_forward(ctx, req, dns, name.clone(), options.record_route),
+                None => ctx.respond_with(req, 503, &[("Warning", "399 tandem \"no DNS resolver for proxy.next_hop\"")], None),
+            };
         }
         if let (Some(dns), None) = (&self.dns, options.destination) {
             if let Some(Uri::Sip(sip)) = req.next_hop_uri().filter(|u| Destination::from_uri(u).is_none()) {

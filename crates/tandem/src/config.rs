@@ -214,7 +214,7 @@ impl Config {
         for (key, hop) in tls_hops {
             let tls_hop = hop.as_deref().is_some_and(|h| {
                 let scheme = h.split_once(':').map_or("", |(s, _)| s);
-                scheme.eq_ignore_ascii_case("tls") || scheme.eq_ignore_ascii_case("wss")
+                ["tls", "wss", "sips"].iter().any(|s| scheme.eq_ignore_ascii_case(s)) || h.to_ascii_lowercase().contains("transport=tls")
             });
             if tls_hop && config.tls.ca.is_none() && !config.tls.insecure_skip_verify {
                 bail!("{key} is a TLS destination: set tls.ca (PEM trust roots for outgoing TLS)");
