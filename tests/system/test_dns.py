@@ -10,8 +10,9 @@ A tandem `proxy` asks only that server (dns.nameserver); a second one has
 proxy.next_hop = "sip:uas.test" (an outbound proxy named by host: the Request-URI, a
 documentation address that is never contacted, does not matter). A UDP client sends OPTIONS to
 sip:ping@uas.test and sip:ping@srvonly.test through the proxy: the uas's 200 comes back, over
-TCP for the first (NAPTR order) and UDP for the second (SRV without NAPTR); a name with no
-records gets 503 with a Warning saying why; the proxy keeps serving meanwhile.
+TCP for the first (NAPTR order) and UDP for the second (SRV without NAPTR); sip:ping@failover.test
+(SRV: first a TCP port where nothing listens, then the uas) fails over to the second target
+(RFC 3263 §4.3); a name with no records gets 503 with a Warning saying why.
 """
 
 import os
@@ -93,6 +94,9 @@ def case_naptr_srv_a(env):
         "--srv-host=_sip._udp.uas.test,host.uas.test,%d,10,0" % dead,
         "--srv-host=_sip._udp.srvonly.test,host.uas.test,%d,10,0" % udp,
         "--host-record=host.uas.test,127.0.0.1",
+        # failover.test: the preferred SRV target refuses TCP connections, the next one is the uas.
+        "--srv-host=_sip._tcp.failover.test,host.uas.test,%d,10,0" % dead,
+        "--srv-host=_sip._tcp.failover.test,host.uas.test,%d,20,0" % tcp,
     ]
     with Dnsmasq(env, records) as dns:
         uas = common.Tandem(env, name="uas", service="uas", listen=[("tcp", "127.0.0.1", tcp), ("udp", "127.0.0.1", udp)])
@@ -104,6 +108,9 @@ def case_naptr_srv_a(env):
             check(r is not None and r.code == 200, "OPTIONS sip:ping@uas.test through the proxy: %r" % r)
             r = options_via(target, "sip:ping@srvonly.test")
             check(r is not None and r.code == 200, "OPTIONS sip:ping@srvonly.test through the proxy: %r" % r)
+            r = options_via(target, "sip:ping@failover.test")
+            check(r is not None and r.code == 200,
+                  "OPTIONS sip:ping@failover.test (first SRV target refuses TCP) did not fail over: %r" % r)
             r = options_via(target, "sip:ping@nowhere.test")
             check(r is not None and r.code == 503 and "cannot locate nowhere.test" in (r.get("Warning") or ""),
                   "a name without records should get 503 with a Warning: %r" % r)
@@ -119,7 +126,7 @@ def case_naptr_srv_a(env):
             proxy_alive = proxy.proc.poll() is None
         check(proxy_alive, "the proxy exited")
         by_transport = {t: 'tandem_messages_in_total{method="OPTIONS",status_class="request",transport="%s"} %d' % (t, n)
-                        for t, n in (("tcp", 2), ("udp", 1))}
+                        for t, n in (("tcp", 3), ("udp", 1))}
         for t, line in by_transport.items():
             check(line in metrics, "the uas should have received OPTIONS over %s as NAPTR and SRV order (tcp 2, udp 1):\n%s"
                   % (t, "\n".join(x for x in metrics.splitlines() if "OPTIONS" in x)))

@@ -20,6 +20,19 @@ pub(crate) struct ProxyContext {
     upstream: Option<Message>,
     branches: SmallVec<[ProxyBranch; 1]>,
     final_sent: bool,
+    /// Where to go next when the branch fails at the transport or times out.
+    failover: Option<Box<Failover>>,
+}
+
+/// RFC 3263 §4.3: the remaining targets of a located next hop, and how the request was
+/// being forwarded, to retry the next target when the current one fails.
+struct Failover {
+    alternatives: Vec<Destination>,
+    request_uri: Option<String>,
+    record_route: bool,
+    service: ServiceId,
+    flow: Flow,
+    consumed_route: Option<(usize, Span)>,
 }
 
 struct ProxyBranch {
@@ -42,6 +55,9 @@ pub struct ProxyOptions<'a> {
     /// A new Request-URI (retargeting, RFC 3261 §16.5: e.g. a registered contact for the
     /// address of record the request was sent to); absent: the Request-URI as received.
     pub request_uri: Option<&'a str>,
+    /// Further targets, in order, tried one after the other when the branch to `destination`
+    /// fails at the transport or times out (the rest of an RFC 3263 target list).
+    pub alternatives: &'a [Destination],
 }
 
 impl CoreState {
@@ -105,7 +121,18 @@ impl CoreState {
             upstream: Some(msg.clone()),
             branches: SmallVec::new(),
             final_sent: false,
+            failover: None,
         });
+        if !options.alternatives.is_empty() {
+            context.failover = Some(Box::new(Failover {
+                alternatives: options.alternatives.to_vec(),
+                request_uri: options.request_uri.map(str::to_owned),
+                record_route: options.record_route,
+                service,
+                flow: req.flow,
+                consumed_route: req.consumed_route,
+            }));
+        }
         context.branches.push(ProxyBranch { tx: client_tx, invite: (method == Method::Invite).then_some(forwarded), flow });
         Ok(())
     }
@@ -163,6 +190,30 @@ impl CoreState {
         if context.final_sent || !context.branches.is_empty() {
             return;
         }
+        if let (Some(mut failover), Some(upstream)) = (context.failover.take(), context.upstream.clone()) {
+            if !failover.alternatives.is_empty() {
+                let next = failover.alternatives.remove(0);
+                tracing::debug!(status, next = %next.addr, "branch failed, trying the next target");
+                let req = Request::new(&upstream, Some(server_tx), failover.flow, crate::RequestKind::Initial, None, None)
+                    .with_consumed_route(failover.consumed_route);
+                let options = ProxyOptions {
+                    destination: Some(next),
+                    fallback: None,
+                    record_route: failover.record_route,
+                    request_uri: failover.request_uri.as_deref(),
+                    alternatives: &failover.alternatives,
+                };
+                if self.proxy_request(now, &req, failover.service, options).is_ok() {
+                    return;
+                }
+            }
+        }
+        let Some(context) = self.proxies.get_mut(&server_tx) else {
+            return;
+        };
+        if context.final_sent {
+            return;
+        }
         context.final_sent = true;
         if let Some(upstream) = context.upstream.take() {
             self.reply(now, server_tx, &upstream, status, None);
@@ -174,6 +225,8 @@ impl CoreState {
         let Some(context) = self.proxies.get_mut(&invite_tx) else {
             return;
         };
+        // A cancelled request is not retried elsewhere.
+        context.failover = None;
         let pending: Vec<(Bytes, Flow)> = context.branches.iter_mut().filter_map(|b| b.invite.take().map(|i| (i, b.flow))).collect();
         for (invite, flow) in pending {
             let Ok(parsed) = tandem_sip::parse_datagram(invite, &Default::default()) else {

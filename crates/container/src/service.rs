@@ -50,6 +50,11 @@ impl<'a> Request<'a> {
         self.msg.method().unwrap_or(&Method::Options)
     }
 
+    pub(crate) fn with_consumed_route(mut self, consumed_route: Option<(usize, tandem_sip::Span)>) -> Self {
+        self.consumed_route = consumed_route;
+        self
+    }
+
     /// An owned copy (the message is reference-counted, not copied) to act on later, e.g.
     /// from a [`crate::Completion`] once an asynchronous lookup is done.
     pub fn detach(&self) -> DetachedRequest {

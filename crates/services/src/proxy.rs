@@ -149,6 +149,9 @@ impl Proxy {
     }
 }
 
+/// Targets tried after the first when it fails at the transport or times out.
+const MAX_ALTERNATIVES: usize = 4;
+
 fn forward_resolved(
     ctx: &mut Context<'_>,
     detached: &DetachedRequest,
@@ -157,11 +160,14 @@ fn forward_resolved(
     record_route: bool,
 ) {
     let req = detached.request();
-    match resolved.as_deref().map(|targets| targets.first()) {
-        Ok(Some(first)) => {
+    match resolved.as_deref().map(|targets| targets.split_first()) {
+        Ok(Some((first, rest))) => {
             tracing::debug!(host = target.host(), transport = ?first.transport, addr = %first.addr, "next hop located");
             let destination = Destination { transport: first.transport, addr: first.addr };
-            let options = ProxyOptions { destination: Some(destination), record_route, ..Default::default() };
+            // The rest, in order, for failover (RFC 3263 §4.3); a few are plenty.
+            let alternatives: Vec<Destination> =
+                rest.iter().take(MAX_ALTERNATIVES).map(|t| Destination { transport: t.transport, addr: t.addr }).collect();
+            let options = ProxyOptions { destination: Some(destination), record_route, alternatives: &alternatives, ..Default::default() };
             if let Err(e) = ctx.proxy(&req, options) {
                 tracing::debug!(error = %e, "proxy could not forward");
             }
