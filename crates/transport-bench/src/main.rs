@@ -212,7 +212,11 @@ async fn measure(
 ) -> anyhow::Result<()> {
     let spec = entry.spec().expect("measured transports have a listen spec");
     let msgs = message::Messages::new(size, spec.protocol.transport().as_str());
-    let config = tandem::config(pki.tls_config());
+    let mut config = tandem::config(pki.tls_config());
+    if spec.protocol == tandem_transport::Protocol::InProc {
+        // One hub per cell, shared by B and every endpoint A.
+        config.in_process = Some(tandem_transport::InProcessHub::new());
+    }
     let tandem_server = tandem::Server::start(spec, config.clone(), msgs.response.clone()).await?;
     let raw_server = match entry.raw {
         Some(kind) => Some((raw::Client::new(kind).await?, raw::Server::start(kind, msgs.response.clone(), pki).await?)),
@@ -224,7 +228,7 @@ async fn measure(
     // seen the new socket writable: let A's socket settle before the first session.
     let mut shared_client = None;
     if !entry.stream {
-        shared_client = Some(tandem::Client::bind(spec, config.clone(), tandem_server.addr).await?);
+        shared_client = Some(tandem::Client::bind(entry.client_spec().expect("listen spec"), config.clone(), tandem_server.addr).await?);
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     for &length in &plan.session_lengths {
@@ -236,7 +240,7 @@ async fn measure(
                     Side::Tandem => {
                         let outcome = match shared_client.as_mut() {
                             Some(client) => client.session(&msgs.request, length).await,
-                            None => fresh_session(spec, &config, tandem_server.addr, &msgs.request, length).await,
+                            None => fresh_session(entry, &config, tandem_server.addr, &msgs.request, length).await,
                         };
                         record(&mut tandem_samples, outcome, entry.name, "tandem");
                     }
@@ -250,9 +254,10 @@ async fn measure(
             }
         }
         let (t, w) = (tandem_samples.summary(), raw_samples.summary());
+        let raw_p50 = if raw_server.is_some() { format!("{:>8.1} µs", w.p50_us) } else { format!("{:>11}", "—") };
         eprintln!(
-            "  {:<4} {:>6} B  n={:<4} tandem p50 {:>8.1} µs  raw p50 {:>8.1} µs  ({} + {} exchanges)",
-            entry.name, size, length, t.p50_us, w.p50_us, t.exchanges, w.exchanges
+            "  {:<10} {:>6} B  n={:<4} tandem p50 {:>8.1} µs  raw p50 {raw_p50}  ({} + {} exchanges)",
+            entry.name, size, length, t.p50_us, t.exchanges, w.exchanges
         );
         let m = results.measured.entry(Key { transport: index, size, length }).or_default();
         m.tandem.push(tandem_samples);
@@ -271,14 +276,15 @@ async fn measure(
     Ok(())
 }
 
-/// A session from a fresh endpoint A (a new connection).
+/// A session from a fresh endpoint A (a new connection; in-process: a new name in the hub).
 async fn fresh_session(
-    spec: tandem_transport::ListenSpec,
+    entry: &Entry,
     config: &tandem_transport::TransportConfig,
     server: std::net::SocketAddr,
     request: &bytes::Bytes,
     length: usize,
 ) -> anyhow::Result<(Vec<u64>, std::time::Duration)> {
+    let spec = entry.client_spec().expect("measured transports have a listen spec");
     let mut client = tandem::Client::bind(spec, config.clone(), server).await?;
     let outcome = client.session(request, length).await;
     client.shutdown();
@@ -325,7 +331,10 @@ mod tests {
             let t = m.tandem[0].summary();
             assert_eq!(t.failed_sessions, 0, "{key:?}");
             assert_eq!(t.exchanges, plan.sessions(key.length) * key.length, "{key:?}");
-            assert_eq!(m.raw[0].summary().exchanges, t.exchanges, "{key:?}");
+            match TRANSPORTS[key.transport].raw {
+                Some(_) => assert_eq!(m.raw[0].summary().exchanges, t.exchanges, "{key:?}"),
+                None => assert!(m.raw.is_empty(), "{key:?}"),
+            }
         }
     }
 }

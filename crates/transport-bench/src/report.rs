@@ -10,18 +10,24 @@ const OVERHEAD_GOAL: f64 = 0.05;
 const INPROCESS_GOAL: f64 = 10.0;
 
 pub const METHOD: &str = "Endpoints A (client) and B (server) run in one process, each a tandem_transport::Transports on \
-127.0.0.1 with an ephemeral port. A sends a MESSAGE padded with a text body to the size; B's Sink answers with a 200 OK of the \
+127.0.0.1 with an ephemeral port (in-process: named inproc:127.0.0.1:1 for B and a fresh name per endpoint A, all in one \
+InProcessHub; nothing is bound). A sends a MESSAGE padded with a text body to the size; B's Sink answers with a 200 OK of the \
 same size on the received flow via its own Transports::send; A's Sink hands the response to the waiting session over a tokio \
 mpsc channel. Each exchange's round trip is timed with std::time::Instant. A session is n sequential exchanges from a fresh \
 endpoint A: over a new connection for TCP and TLS (opened by the first send, so its set-up and handshake count in the first \
-exchange), over one socket for UDP. The raw baseline does the same exchange with plain tokio sockets (UdpSocket send_to / \
-recv_from; TcpStream; tokio-rustls with the same rustls configurations) and the same bytes, and the same SIP work: each received \
-message is copied out of the receive buffer, framed (streams: frame_stream, end of headers and Content-Length) and parsed once \
+exchange), over a new WebSocket connection for WS and WSS (connect, TLS handshake for WSS and the upgrade with the sip \
+subprotocol in the first exchange), over one socket for UDP; in-process, a fresh endpoint A per session (the message buffer \
+is handed to the other endpoint's sink on the sender's thread: no set-up, no socket). The raw baseline does the same exchange \
+with plain tokio sockets (UdpSocket send_to / recv_from; TcpStream; tokio-rustls with the same rustls configurations; \
+tokio-tungstenite with the same WebSocketConfig, the sip subprotocol and one text message per SIP message, on TcpStream or \
+tokio-rustls) and the same bytes, and the same SIP work: each received message is copied out of the receive buffer, framed \
+(TCP and TLS: frame_stream, end of headers and Content-Length; WebSocket: one message is one SIP message) and parsed once \
 with tandem_sip, and checked as Tandem's endpoints check it; the raw client works its socket from the session's task, the raw \
 server runs one task per socket. The difference is the abstraction: reader and writer tasks, write queues, the connection \
 registry, the idle timer, Sink dispatch and the hand-over to the waiting task. Raw and Tandem sessions alternate, session by \
 session, within every round (which goes first alternates too), after one discarded warm-up round. overhead = Tandem p50 / raw p50 \
-- 1 over all rounds' exchanges. Throughput is exchanges over the summed session durations, one exchange in flight.";
+- 1 over all rounds' exchanges. In-process has no raw baseline (there is no socket); it is compared with Tandem over TCP \
+(TCP p50 / in-process p50). Throughput is exchanges over the summed session durations, one exchange in flight.";
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Machine {
@@ -90,6 +96,16 @@ pub struct TransportReport {
     pub results: Vec<Row>,
 }
 
+/// TCP p50 / in-process p50 for one size and session length.
+#[derive(Debug, Clone, Serialize)]
+pub struct Ratio {
+    pub size_bytes: usize,
+    pub session_length: usize,
+    pub tcp_p50_us: f64,
+    pub in_process_p50_us: f64,
+    pub ratio: Option<f64>,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Goals {
     pub abstraction_overhead_max: f64,
@@ -105,18 +121,24 @@ pub struct Report {
     pub machine: Machine,
     pub plan: Plan,
     pub method: &'static str,
-    /// Median of the per-(transport, size) overheads at the longest session length.
+    /// The headline: median of the per-(transport, size) overheads over UDP, TCP and TLS at
+    /// the longest session length (the definition of the first version of this benchmark).
     pub abstraction_overhead: Option<f64>,
     pub abstraction_overhead_definition: String,
     pub abstraction_overhead_worst: Option<f64>,
+    /// The same median over UDP, TCP, TLS, WS and WSS (not the headline).
+    pub abstraction_overhead_with_ws: Option<f64>,
+    pub abstraction_overhead_with_ws_worst: Option<f64>,
     /// Median over transports and sizes, per session length.
     pub abstraction_overhead_by_session_length: Vec<(usize, Option<f64>)>,
     /// Median over sizes at the longest session length, per transport.
     pub abstraction_overhead_by_transport: Vec<(&'static str, Option<f64>)>,
-    /// TCP p50 / in-process p50 at the largest size and longest session; null until an
-    /// in-process transport exists.
+    /// TCP p50 / in-process p50 (Tandem both) at the largest size and longest session; null
+    /// when either was not measured.
     pub inprocess_vs_tcp_largest: Option<f64>,
     pub inprocess_vs_tcp_note: String,
+    /// The same ratio per size, at every session length.
+    pub inprocess_vs_tcp_by_size: Vec<Ratio>,
     pub goals: Goals,
     pub server_errors: u64,
     pub wall_seconds: f64,
@@ -177,18 +199,24 @@ impl Report {
         }
 
         let longest = plan.session_lengths.iter().copied().max().unwrap_or(1);
-        let overheads_at = |length: usize| -> Vec<f64> {
+        const HEADLINE: &[&str] = &["udp", "tcp", "tls"];
+        const WITH_WS: &[&str] = &["udp", "tcp", "tls", "ws", "wss"];
+        let overheads_of = |names: &[&str], length: usize| -> Vec<f64> {
             transports
                 .iter()
-                .filter(|t| matches!(t.name, "udp" | "tcp" | "tls"))
+                .filter(|t| names.contains(&t.name))
                 .flat_map(|t| t.results.iter())
                 .filter(|r| r.session_length == length)
                 .filter_map(|r| r.overhead)
                 .collect()
         };
+        let overheads_at = |length: usize| overheads_of(HEADLINE, length);
         let at_longest = overheads_at(longest);
         let abstraction_overhead = median(&at_longest).map(round4);
         let abstraction_overhead_worst = at_longest.iter().copied().reduce(f64::max);
+        let with_ws = overheads_of(WITH_WS, longest);
+        let abstraction_overhead_with_ws = median(&with_ws).map(round4);
+        let abstraction_overhead_with_ws_worst = with_ws.iter().copied().reduce(f64::max).map(round4);
         let by_transport = transports
             .iter()
             .filter(|t| !t.results.is_empty())
@@ -200,21 +228,33 @@ impl Report {
         let by_length = plan.session_lengths.iter().map(|&l| (l, median(&overheads_at(l)).map(round4))).collect();
 
         let largest = plan.sizes.iter().copied().max().unwrap_or(0);
-        let p50_of = |name: &str| {
+        let p50_of = |name: &str, size: usize, length: usize| {
             transports
                 .iter()
                 .find(|t| t.name == name)
-                .and_then(|t| t.results.iter().find(|r| r.size_bytes == largest && r.session_length == longest))
+                .and_then(|t| t.results.iter().find(|r| r.size_bytes == size && r.session_length == length))
                 .map(|r| r.tandem.clone())
         };
-        let inprocess_vs_tcp_largest = match (p50_of("tcp"), p50_of("in-process")) {
-            (Some(tcp), Some(local)) => p50_ratio(&tcp, &local),
-            _ => None,
-        };
+        let mut inprocess_vs_tcp_by_size = Vec::new();
+        for &length in &plan.session_lengths {
+            for &size in &plan.sizes {
+                if let (Some(tcp), Some(local)) = (p50_of("tcp", size, length), p50_of("in-process", size, length)) {
+                    inprocess_vs_tcp_by_size.push(Ratio {
+                        size_bytes: size,
+                        session_length: length,
+                        tcp_p50_us: tcp.p50_us,
+                        in_process_p50_us: local.p50_us,
+                        ratio: p50_ratio(&tcp, &local),
+                    });
+                }
+            }
+        }
+        let inprocess_vs_tcp_largest =
+            inprocess_vs_tcp_by_size.iter().find(|r| r.size_bytes == largest && r.session_length == longest).and_then(|r| r.ratio);
         let inprocess_vs_tcp_note = if inprocess_vs_tcp_largest.is_some() {
-            format!("TCP p50 / in-process p50, Tandem both, {largest} B, sessions of {longest}")
+            format!("TCP p50 / in-process p50, Tandem both, {largest} B, sessions of {longest} exchanges")
         } else {
-            "null: no in-process transport in tandem-transport yet (not measured)".to_string()
+            "null: TCP and in-process not both measured".to_string()
         };
 
         Report {
@@ -229,10 +269,13 @@ impl Report {
                  (per-exchange cost, connection set-up amortised); abstraction_overhead_worst is the largest of them"
             ),
             abstraction_overhead_worst: abstraction_overhead_worst.map(round4),
+            abstraction_overhead_with_ws,
+            abstraction_overhead_with_ws_worst,
             abstraction_overhead_by_session_length: by_length,
             abstraction_overhead_by_transport: by_transport,
             inprocess_vs_tcp_largest,
             inprocess_vs_tcp_note,
+            inprocess_vs_tcp_by_size,
             goals: Goals {
                 abstraction_overhead_max: OVERHEAD_GOAL,
                 abstraction_overhead_met: abstraction_overhead.is_some_and(|o| o <= OVERHEAD_GOAL),
@@ -272,27 +315,60 @@ impl Report {
         let _ = writeln!(out, "## Summary\n");
         let _ = writeln!(
             out,
-            "- **Abstraction overhead: {}** ({}; goal ≤ {:.0} %: {}). Worst cell: {}.",
+            "- **Abstraction overhead (headline): {}** ({}; goal ≤ {:.0} %: {}). Worst cell: {}.",
             pct(self.abstraction_overhead),
             self.abstraction_overhead_definition,
             self.goals.abstraction_overhead_max * 100.0,
             if self.goals.abstraction_overhead_met { "met" } else { "not met" },
             pct(self.abstraction_overhead_worst)
         );
+        let _ = writeln!(
+            out,
+            "- Abstraction overhead with WS and WSS included (median over UDP, TCP, TLS, WS and WSS, same session length; not the headline): {}. Worst cell: {}.",
+            pct(self.abstraction_overhead_with_ws),
+            pct(self.abstraction_overhead_with_ws_worst)
+        );
         let by: Vec<String> = self.abstraction_overhead_by_session_length.iter().map(|(l, o)| format!("{l}: {}", pct(*o))).collect();
-        let _ = writeln!(out, "- Median overhead by session length: {}.", by.join(", "));
+        let _ = writeln!(out, "- Median overhead (UDP, TCP, TLS) by session length: {}.", by.join(", "));
         let by: Vec<String> = self.abstraction_overhead_by_transport.iter().map(|(t, o)| format!("{t}: {}", pct(*o))).collect();
         let _ = writeln!(out, "- Median overhead by transport (longest sessions): {}.", by.join(", "));
         let _ = writeln!(
             out,
-            "- In-process vs TCP at the largest size: {} (goal ≥ {:.0}×).",
-            self.inprocess_vs_tcp_largest.map_or_else(|| self.inprocess_vs_tcp_note.clone(), |r| format!("{r:.1}×")),
-            self.goals.inprocess_vs_tcp_min
+            "- **In-process vs TCP at the largest size: {}** ({}; goal ≥ {:.0}×: {}).",
+            self.inprocess_vs_tcp_largest.map_or_else(|| "—".to_string(), |r| format!("{r:.1}×")),
+            self.inprocess_vs_tcp_note,
+            self.goals.inprocess_vs_tcp_min,
+            match self.goals.inprocess_vs_tcp_met {
+                Some(true) => "met",
+                Some(false) => "not met",
+                None => "not measured",
+            }
         );
+        if !self.inprocess_vs_tcp_by_size.is_empty() {
+            let mut lengths: Vec<usize> = self.inprocess_vs_tcp_by_size.iter().map(|r| r.session_length).collect();
+            lengths.dedup();
+            for length in lengths {
+                let by: Vec<String> = self
+                    .inprocess_vs_tcp_by_size
+                    .iter()
+                    .filter(|r| r.session_length == length)
+                    .map(|r| {
+                        format!(
+                            "{} B {} ({:.1} / {:.1} µs)",
+                            r.size_bytes,
+                            r.ratio.map_or("—".to_string(), |x| format!("{x:.1}×")),
+                            r.tcp_p50_us,
+                            r.in_process_p50_us
+                        )
+                    })
+                    .collect();
+                let _ = writeln!(out, "  - sessions of {length}: {}.", by.join(", "));
+            }
+        }
         let _ = writeln!(out, "- Failed sessions: {}; server-side errors: {}.\n", self.failed_sessions(), self.server_errors);
         let _ = writeln!(out, "## Method\n\n{}\n", self.method);
         let _ = writeln!(out, "## Results\n");
-        let _ = writeln!(out, "Latency is per exchange (round trip) in µs; the first exchange of a TCP or TLS session includes connecting (and the handshake). Overhead = Tandem p50 / raw p50 − 1 (and Tandem p50 − raw p50 in µs); the range is the overhead round by round.\n");
+        let _ = writeln!(out, "Latency is per exchange (round trip) in µs; the first exchange of a TCP, TLS, WS or WSS session includes connecting (and the TLS handshake, the WebSocket upgrade). Overhead = Tandem p50 / raw p50 − 1 (and Tandem p50 − raw p50 in µs); the range is the overhead round by round.\n");
         let _ = writeln!(
             out,
             "| transport | size B | session | exchanges | Tandem p50 | p95 | p99 | exch/s | raw p50 | p95 | p99 | exch/s | overhead | µs | by round |"

@@ -1,8 +1,11 @@
 //! The transports the benchmark knows. Adding one is one entry in [`TRANSPORTS`]: once
 //! tandem-transport binds a listen spec for it, set `listen` and it is measured (both
-//! endpoints bind that spec; the flow's transport comes from the spec's protocol).
+//! endpoints bind that spec, except in-process ones, see [`Entry::client_spec`]; the flow's
+//! transport comes from the spec's protocol).
 
-use tandem_transport::ListenSpec;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU32, Ordering};
+use tandem_transport::{ListenSpec, Protocol};
 
 /// The raw tokio baseline a transport is compared with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -10,14 +13,20 @@ pub enum Raw {
     Udp,
     Tcp,
     Tls,
+    /// tokio-tungstenite on a `TcpStream`.
+    Ws,
+    /// tokio-tungstenite on tokio-rustls.
+    Wss,
 }
 
 #[derive(Debug, Clone, Copy)]
 pub struct Entry {
     pub name: &'static str,
-    /// Listen spec for both endpoints (port 0: ephemeral); `None`: not in tandem-transport yet.
+    /// Listen spec for both endpoints (port 0: ephemeral; for in-process, the server's name);
+    /// `None`: not in tandem-transport yet.
     pub listen: Option<&'static str>,
-    /// A stream transport opens a new connection per session; a datagram one does not.
+    /// A stream transport opens a new connection per session (in-process: binds a new
+    /// endpoint A per session); a datagram one does not.
     pub stream: bool,
     pub raw: Option<Raw>,
     /// Largest message the transport carries (one UDP datagram: 65,507 bytes of payload).
@@ -30,6 +39,20 @@ impl Entry {
     pub fn spec(&self) -> Option<ListenSpec> {
         self.listen.map(|s| s.parse().expect("valid listen spec in the transport table"))
     }
+
+    /// The listen spec of a new endpoint A: the server's for socket transports (port 0 is
+    /// ephemeral); for in-process, whose addresses are names and port 0 is not ephemeral, a
+    /// fresh name per endpoint (127.1.x.y:port, from a process-wide counter).
+    pub fn client_spec(&self) -> Option<ListenSpec> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let spec = self.spec()?;
+        if spec.protocol != Protocol::InProc {
+            return Some(spec);
+        }
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let ip = Ipv4Addr::from(0x7f01_0000 + n / 65_535);
+        Some(ListenSpec { protocol: Protocol::InProc, addr: SocketAddr::new(ip.into(), (1 + n % 65_535) as u16) })
+    }
 }
 
 const STREAM_MAX: usize = tandem_sip::MAX_MESSAGE_BYTES;
@@ -37,11 +60,11 @@ const STREAM_MAX: usize = tandem_sip::MAX_MESSAGE_BYTES;
 pub const TRANSPORTS: &[Entry] = &[
     Entry {
         name: "in-process",
-        listen: None,
+        listen: Some("inproc:127.0.0.1:1"),
         stream: true,
         raw: None,
         max_size: STREAM_MAX,
-        note: "not measured yet: tandem-transport has no in-process transport (API not final)",
+        note: "one InProcessHub; the Bytes buffer is handed over on the sender's thread (no socket, no copy): no raw baseline",
     },
     Entry { name: "udp", listen: Some("udp:127.0.0.1:0"), stream: false, raw: Some(Raw::Udp), max_size: 65_507, note: "" },
     Entry { name: "tcp", listen: Some("tcp:127.0.0.1:0"), stream: true, raw: Some(Raw::Tcp), max_size: STREAM_MAX, note: "" },
@@ -55,19 +78,19 @@ pub const TRANSPORTS: &[Entry] = &[
     },
     Entry {
         name: "ws",
-        listen: None, // Some("ws:127.0.0.1:0") once Protocol::Ws exists
+        listen: Some("ws:127.0.0.1:0"),
         stream: true,
-        raw: None,
+        raw: Some(Raw::Ws),
         max_size: STREAM_MAX,
-        note: "not measured yet: Protocol::Ws is being added to tandem-transport",
+        note: "RFC 7118, subprotocol sip, one text message per SIP message (tokio-tungstenite)",
     },
     Entry {
         name: "wss",
-        listen: None, // Some("wss:127.0.0.1:0") once Protocol::Wss exists
+        listen: Some("wss:127.0.0.1:0"),
         stream: true,
-        raw: None,
+        raw: Some(Raw::Wss),
         max_size: STREAM_MAX,
-        note: "not measured yet: Protocol::Wss is being added to tandem-transport",
+        note: "WebSocket on TLS 1.3, same certificate and rustls configurations as tls",
     },
 ];
 
