@@ -25,6 +25,7 @@
 //!    `next_hop` values; Via and Contact take the transport's name from [`Transport`].
 #![forbid(unsafe_code)]
 
+mod direct;
 mod inprocess;
 mod spec;
 mod tcp;
@@ -196,7 +197,15 @@ pub(crate) struct Connections {
 pub(crate) struct Connection {
     pub transport: Transport,
     pub remote: SocketAddr,
-    pub writer: mpsc::Sender<Bytes>,
+    pub writer: Writer,
+}
+
+/// How a connection is written to: through its writer task's queue (TLS, WebSocket, and any
+/// connection until it is set up), or directly from the sender's thread (plain TCP).
+#[derive(Clone)]
+pub(crate) enum Writer {
+    Queued(mpsc::Sender<Bytes>),
+    Direct(Arc<direct::DirectWriter>),
 }
 
 impl Connections {

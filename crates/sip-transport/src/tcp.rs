@@ -6,7 +6,8 @@
 //! halves of a plain TCP socket or of a TLS session alike. WebSocket frames SIP messages
 //! itself (`ws.rs`), on a plain or a TLS stream.
 
-use crate::{tls, ws, Connection, Inner, Protocol, SendError};
+use crate::direct::DirectWriter;
+use crate::{tls, ws, Connection, Inner, Protocol, SendError, Writer};
 use bytes::{Buf, Bytes, BytesMut};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -66,7 +67,7 @@ pub(crate) async fn accept_loop(
 
 fn register(inner: &Inner, id: u64, transport: Transport, remote: SocketAddr, writer: mpsc::Sender<Bytes>) {
     let mut conns = inner.connections.lock();
-    conns.by_id.insert(id, Connection { transport, remote, writer });
+    conns.by_id.insert(id, Connection { transport, remote, writer: Writer::Queued(writer) });
     conns.by_remote.insert((transport, remote), id);
     inner.stats.tcp_open.store(conns.by_id.len() as u64, Ordering::Relaxed);
 }
@@ -88,10 +89,22 @@ pub(crate) fn close(inner: &Inner, flow: Flow) {
     inner.sink.on_flow_closed(flow);
 }
 
+/// A plain TCP connection: written directly by senders (`direct.rs`), read here.
 async fn serve_plain(inner: Arc<Inner>, stream: TcpStream, rx: mpsc::Receiver<Bytes>, flow: Flow) {
     let _ = stream.set_nodelay(true);
     let (read, write) = stream.into_split();
-    run_connection(inner, read, write, rx, flow).await;
+    let direct = Arc::new(DirectWriter::new(write, inner.config.tcp_write_queue));
+    if let Some(conn) = inner.connections.lock().by_id.get_mut(&flow.connection) {
+        conn.writer = Writer::Direct(direct.clone());
+    }
+    let task_writer = direct.clone();
+    let mut writer = tokio::spawn(async move { task_writer.run(rx).await });
+    let ended = read_loop(&inner, read, flow).await;
+    if ended != ReadEnd::Idle {
+        let _ = tokio::time::timeout(LINGER, &mut writer).await;
+    }
+    writer.abort();
+    close(&inner, flow);
 }
 
 /// Reads and writes one established connection (TCP, or TLS after its handshake) until it
@@ -204,13 +217,15 @@ pub(crate) fn send(inner: &Inner, flow: Flow, payload: Bytes) -> Result<(), Send
         };
         id.and_then(|id| conns.by_id.get(&id).map(|c| c.writer.clone()))
     };
-    match existing {
-        Some(writer) => writer.try_send(payload).map_err(|_| {
-            inner.stats.tcp_queue_full.fetch_add(1, Ordering::Relaxed);
-            SendError::QueueFull
-        }),
-        None => connect(inner, flow, payload),
+    let queued = match existing {
+        Some(Writer::Queued(tx)) => tx.try_send(payload).map_err(|_| SendError::QueueFull),
+        Some(Writer::Direct(direct)) => direct.send(payload),
+        None => return connect(inner, flow, payload),
+    };
+    if queued.is_err() {
+        inner.stats.tcp_queue_full.fetch_add(1, Ordering::Relaxed);
     }
+    queued
 }
 
 /// Opens a connection (TCP, TLS, WS or WSS as `flow.transport` says; TCP for anything else)

@@ -512,3 +512,42 @@ async fn udp_first_datagrams_of_a_fresh_listener_are_sent() {
         t.shutdown();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_direct_writes_keep_order_under_backpressure_and_bound_the_queue() {
+    let (t, sink) = start(TransportConfig { tcp_write_queue: 64, ..Default::default() }).await;
+    let server = t.local_addrs()[1].1;
+    let mut client = TcpStream::connect(server).await.unwrap();
+    client.write_all(OPTIONS.as_bytes()).await.unwrap();
+    wait_for(|| sink.messages.lock().len() == 1).await;
+    let flow = sink.messages.lock()[0].1;
+    // The client does not read yet: the kernel buffers fill, later sends are queued, and
+    // beyond the queue limit sending fails instead of growing without bound.
+    let chunk = 60_000;
+    let (mut sent, mut refused) = (0usize, 0usize);
+    for i in 0..400u32 {
+        let mut payload = vec![b'a' + (i % 26) as u8; chunk];
+        payload[..4].copy_from_slice(&i.to_be_bytes());
+        match t.send(flow, Bytes::from(payload)) {
+            Ok(()) if refused == 0 => sent += 1,
+            Ok(()) => panic!("message {i} accepted after the queue was full"),
+            Err(SendError::QueueFull) => refused += 1,
+            Err(e) => panic!("unexpected {e}"),
+        }
+    }
+    assert!(refused > 0, "400 x 60 kB never filled a 64-message queue");
+    assert_eq!(t.stats().tcp_queue_full.load(Ordering::Relaxed), refused as u64);
+    // Everything accepted arrives, whole and in order.
+    let mut buf = vec![0u8; chunk];
+    for i in 0..sent as u32 {
+        tokio::time::timeout(Duration::from_secs(10), client.read_exact(&mut buf)).await.unwrap().unwrap();
+        assert_eq!(u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]), i, "message order");
+        assert!(buf[4..].iter().all(|&b| b == b'a' + (i % 26) as u8), "message {i} intact");
+    }
+    // Once drained, direct sends work again.
+    t.send(flow, Bytes::from_static(b"pong")).unwrap();
+    let mut pong = [0u8; 4];
+    client.read_exact(&mut pong).await.unwrap();
+    assert_eq!(&pong, b"pong");
+    t.shutdown();
+}
