@@ -17,7 +17,7 @@ pub(crate) struct TimerEntry {
 #[derive(Default)]
 pub(crate) struct TimerQueue {
     heap: BinaryHeap<Reverse<(Instant, u64)>>,
-    entries: HashMap<u64, TimerEntry>,
+    entries: HashMap<u64, TimerEntry, foldhash::fast::RandomState>,
     next_id: u64,
 }
 

@@ -54,11 +54,17 @@ impl MessageWriter {
 
     /// Copies a received header line, name and value as they were (folding included).
     pub fn copy_header(&mut self, msg: &Message, header: &Header) -> &mut Self {
+        // Bytes, not text: the header section was validated as UTF-8 when parsed, and doing
+        // it again per copied header was 2.5 % of a proxied call's instructions.
         let name = match header.name {
-            HeaderName::Other => msg.header_name_text(header),
-            known => known.canonical(),
+            HeaderName::Other => msg.raw(header.name_span),
+            known => known.canonical().as_bytes(),
         };
-        self.header(name, msg.header_value(header))
+        self.put(name);
+        self.put(b": ");
+        self.put(msg.raw(header.value));
+        self.put(b"\r\n");
+        self
     }
 
     /// Copies every header with this name, in order.

@@ -64,7 +64,8 @@ impl HeaderName {
             (b"server", HeaderName::Server),
             (b"user-agent", HeaderName::UserAgent),
         ];
-        NAMES.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map_or(HeaderName::Other, |(_, h)| *h)
+        // Length first: most names are then rejected without a case-insensitive compare.
+        NAMES.iter().find(|(n, _)| n.len() == name.len() && n.eq_ignore_ascii_case(name)).map_or(HeaderName::Other, |(_, h)| *h)
     }
 
     /// Canonical spelling used when Tandem writes the header.

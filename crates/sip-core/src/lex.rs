@@ -1,8 +1,20 @@
 //! Lexical helpers shared by the header parsers (RFC 3261 §25.1).
 
-/// `token` characters of RFC 3261: alphanumerics and `-.!%*_+`'~`.
+/// `token` characters of RFC 3261: alphanumerics and `-.!%*_+`'~`. A table: this runs for
+/// every byte of every header name and parameter (bench/proxy_instructions.sh).
+const TOKEN_BYTES: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        table[b] = c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'!' | b'%' | b'*' | b'_' | b'+' | b'`' | b'\'' | b'~');
+        b += 1;
+    }
+    table
+};
+
 pub(crate) fn is_token_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'!' | b'%' | b'*' | b'_' | b'+' | b'`' | b'\'' | b'~')
+    TOKEN_BYTES[b as usize]
 }
 
 pub(crate) fn is_token(s: &str) -> bool {
@@ -15,7 +27,33 @@ pub(crate) fn is_lws(b: u8) -> bool {
 }
 
 pub(crate) fn trim_lws(s: &str) -> &str {
-    s.trim_matches(|c: char| c.is_ascii() && is_lws(c as u8))
+    let b = s.as_bytes();
+    let mut start = 0;
+    let mut end = b.len();
+    while start < end && is_lws(b[start]) {
+        start += 1;
+    }
+    while end > start && is_lws(b[end - 1]) {
+        end -= 1;
+    }
+    // LWS bytes are ASCII, so both ends are char boundaries.
+    s.get(start..end).unwrap_or("")
+}
+
+pub(crate) fn trim_lws_start(s: &str) -> &str {
+    let skip = s.bytes().take_while(|b| is_lws(*b)).count();
+    s.get(skip..).unwrap_or("")
+}
+
+/// Index of the first `byte` (ASCII) in `s`. `str::find(char)` goes through the generic
+/// `CharSearcher`, which the parser profile showed as its single largest cost.
+pub(crate) fn find_byte(s: &str, byte: u8) -> Option<usize> {
+    let b = s.as_bytes();
+    // Short haystacks (most SIP tokens) are faster scanned directly than through memchr's setup.
+    if b.len() < 16 {
+        return b.iter().position(|c| *c == byte);
+    }
+    memchr::memchr(byte, b)
 }
 
 /// Byte offset of `child` inside `parent`; `child` must be a sub-slice of `parent`.
@@ -112,8 +150,24 @@ pub(crate) fn parse_params(s: &str) -> Option<()> {
     Some(())
 }
 
+/// [`parse_params`] that also returns the value of the first parameter `name`
+/// (case-insensitive; `None` when absent or without a value): one pass where the parser used
+/// to validate the list and then search it again for a tag or a branch.
+pub(crate) fn parse_params_find<'a>(s: &'a str, name: &str) -> Option<Option<&'a str>> {
+    let mut seen = false;
+    let mut found = None;
+    for raw in split_top(s, b';') {
+        let p = parse_param(raw.ok()?)?;
+        if !seen && p.name.eq_ignore_ascii_case(name) {
+            seen = true;
+            found = p.value;
+        }
+    }
+    Some(found)
+}
+
 pub(crate) fn parse_param(raw: &str) -> Option<Param<'_>> {
-    let (name, value) = match raw.find('=') {
+    let (name, value) = match find_byte(raw, b'=') {
         Some(eq) => (trim_lws(&raw[..eq]), Some(trim_lws(&raw[eq + 1..]))),
         None => (trim_lws(raw), None),
     };
@@ -175,5 +229,24 @@ mod tests {
         assert_eq!(parse_param("lr"), Some(Param { name: "lr", value: None }));
         assert!(parse_params(";,").is_none());
         assert!(parse_params("a;;b").is_none());
+    }
+
+    #[test]
+    fn one_pass_search_matches_validate_then_find() {
+        for list in ["tag=a;tag=b", "tag;tag=b", "x=1; TAG = z ;y", "x=1;y", "a;;tag=1", "tag=\"q\"", ""] {
+            let expected = parse_params(list).map(|()| find_param(list, "tag").flatten());
+            assert_eq!(parse_params_find(list, "tag"), expected, "{list:?}");
+        }
+    }
+
+    #[test]
+    fn byte_helpers() {
+        assert_eq!(trim_lws(" \t a b \r\n"), "a b");
+        assert_eq!(trim_lws(" \t "), "");
+        assert_eq!(trim_lws_start("\r\n x "), "x ");
+        assert_eq!(find_byte("abc", b'c'), Some(2));
+        assert_eq!(find_byte(&"x".repeat(40), b'y'), None);
+        assert_eq!(find_byte(&format!("{}:", "x".repeat(40)), b':'), Some(40));
+        assert!(is_token_byte(b'~') && is_token_byte(b'Z') && !is_token_byte(b':') && !is_token_byte(0xC3));
     }
 }

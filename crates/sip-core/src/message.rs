@@ -102,7 +102,12 @@ impl Message {
     }
 
     pub fn text(&self, span: Span) -> &str {
-        std::str::from_utf8(&self.buf[span.range()]).unwrap_or("")
+        simdutf8::basic::from_utf8(self.raw(span)).unwrap_or("")
+    }
+
+    /// The bytes of `span` (empty if it lies outside the message).
+    pub fn raw(&self, span: Span) -> &[u8] {
+        self.buf.get(span.range()).unwrap_or(&[])
     }
 
     pub fn start_line(&self) -> &StartLine {

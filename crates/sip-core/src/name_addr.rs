@@ -16,15 +16,24 @@ pub struct NameAddr<'a> {
 impl<'a> NameAddr<'a> {
     /// Parses one value; any URI scheme is accepted (RFC 4475 §3.3.4).
     pub fn parse(value: &'a str) -> Option<NameAddr<'a>> {
+        Self::parse_finding(value, "").map(|(n, _)| n)
+    }
+
+    /// [`Self::parse`] and [`Self::tag`] in one pass over the parameters.
+    pub(crate) fn parse_tagged(value: &'a str) -> Option<(NameAddr<'a>, Option<&'a str>)> {
+        Self::parse_finding(value, "tag")
+    }
+
+    fn parse_finding(value: &'a str, param: &str) -> Option<(NameAddr<'a>, Option<&'a str>)> {
         let value = trim_lws(value);
         let lt = lex::find_top_level_lt(value)?;
         let (display, uri_text, rest, bracketed) = match lt {
             Some(lt) => {
-                let gt = lt + value[lt..].find('>')?;
+                let gt = lt + lex::find_byte(&value[lt..], b'>')?;
                 let display = trim_lws(&value[..lt]);
                 (Some(display).filter(|d| !d.is_empty()), &value[lt + 1..gt], &value[gt + 1..], true)
             }
-            None => match value.find(';') {
+            None => match lex::find_byte(value, b';') {
                 Some(semi) => (None, trim_lws(&value[..semi]), &value[semi..], false),
                 None => (None, value, "", false),
             },
@@ -36,15 +45,12 @@ impl<'a> NameAddr<'a> {
         }
         Uri::parse(uri_text)?;
         let rest = trim_lws(rest);
-        let params = match rest.strip_prefix(';') {
-            Some(p) => {
-                lex::parse_params(p)?;
-                p
-            }
-            None if rest.is_empty() => "",
+        let (params, found) = match rest.strip_prefix(';') {
+            Some(p) => (p, lex::parse_params_find(p, param)?),
+            None if rest.is_empty() => ("", None),
             None => return None,
         };
-        Some(NameAddr { display, uri_text, params, bracketed })
+        Some((NameAddr { display, uri_text, params, bracketed }, found))
     }
 
     pub fn uri(&self) -> Option<Uri<'a>> {

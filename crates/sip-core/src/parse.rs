@@ -61,7 +61,8 @@ fn parse(buf: Bytes, limits: &ParseLimits, stream: bool) -> Result<Message, Pars
         Some((h, b)) => (lead + h, lead + b, true),
         None => (buf.len(), buf.len(), false),
     };
-    let head = std::str::from_utf8(&buf[..head_end]).map_err(|_| ParseError::NotUtf8)?;
+    // SIMD validation: the standard library's was 4 % of a proxied call's instructions.
+    let head = simdutf8::basic::from_utf8(&buf[..head_end]).map_err(|_| ParseError::NotUtf8)?;
     let mut p = Parser { buf: &buf, head, limits, defect: None, msg_headers: Vec::with_capacity(16) };
     let start = p.start_line(lead)?;
     if !terminated {
@@ -125,7 +126,7 @@ impl<'a> Parser<'a> {
 
     fn start_line(&mut self, lead: usize) -> Result<StartLine, ParseError> {
         let rest = &self.head[lead..];
-        let line = rest.split('\n').next().unwrap_or("");
+        let line = lex::find_byte(rest, b'\n').map_or(rest, |i| &rest[..i]);
         let line = line.strip_suffix('\r').unwrap_or(line);
         if let Some(after) = line.strip_prefix("SIP/") {
             return Ok(self.status_line(line, after));
@@ -184,12 +185,12 @@ impl<'a> Parser<'a> {
     /// Collects header lines (unfolding continuations) after the start line.
     fn header_lines(&mut self, lead: usize) {
         let head = self.head;
-        let Some(first_nl) = head[lead..].find('\n') else {
+        let Some(first_nl) = lex::find_byte(&head[lead..], b'\n') else {
             return;
         };
         let mut pos = lead + first_nl + 1;
         while pos < head.len() {
-            let line_end = head[pos..].find('\n').map_or(head.len(), |i| pos + i);
+            let line_end = lex::find_byte(&head[pos..], b'\n').map_or(head.len(), |i| pos + i);
             let line = &head[pos..line_end];
             let line = line.strip_suffix('\r').unwrap_or(line);
             if line.is_empty() {
@@ -219,7 +220,7 @@ impl<'a> Parser<'a> {
     }
 
     fn new_header(&mut self, line: &str) {
-        let Some(colon) = line.find(':') else {
+        let Some(colon) = lex::find_byte(line, b':') else {
             return self.fail(BAD, "header line without a colon");
         };
         let name = line[..colon].trim_end_matches([' ', '\t']);
@@ -270,7 +271,7 @@ impl<'a> Parser<'a> {
 
     fn top_via(&mut self, index: usize, value: &'a str) -> Option<TopVia> {
         let first = lex::split_top(value, b',').next().and_then(Result::ok).map(trim_lws);
-        let Some(via) = first.and_then(Via::parse) else {
+        let Some((via, branch)) = first.and_then(Via::parse_with_branch) else {
             self.fail(BAD, "malformed Via");
             return None;
         };
@@ -281,13 +282,13 @@ impl<'a> Parser<'a> {
             transport: via.transport,
             host: self.span(via.host),
             port: via.port,
-            branch: via.branch().map(|b| self.span(b)),
+            branch: branch.map(|b| self.span(b)),
         })
     }
 
     fn addr(&mut self, value: &'a str, reason: &'static str) -> Option<AddrHeader> {
-        match NameAddr::parse(value) {
-            Some(na) => Some(AddrHeader { value: self.span(value), tag: na.tag().map(|t| self.span(t)) }),
+        match NameAddr::parse_tagged(value) {
+            Some((_, tag)) => Some(AddrHeader { value: self.span(value), tag: tag.map(|t| self.span(t)) }),
             None => {
                 self.fail(BAD, reason);
                 None

@@ -37,7 +37,7 @@ pub struct SipUri<'a> {
 
 impl<'a> Uri<'a> {
     pub fn parse(s: &'a str) -> Option<Uri<'a>> {
-        let colon = s.find(':')?;
+        let colon = lex::find_byte(s, b':')?;
         let scheme = &s[..colon];
         let rest = &s[colon + 1..];
         if !is_scheme(scheme) || rest.is_empty() || rest.bytes().any(|b| lex::is_lws(b) || b == b'<' || b == b'>') {
@@ -77,11 +77,11 @@ impl<'a> SipUri<'a> {
     fn parse_after_scheme(rest: &'a str, secure: bool) -> Option<SipUri<'a>> {
         // The user part may contain `?`, `;` and `:` (RFC 3261 `user-unreserved`, password),
         // so the `@` is found first and headers are only looked for after it.
-        let (user, after_user) = match rest.find('@') {
+        let (user, after_user) = match lex::find_byte(rest, b'@') {
             Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
             None => (None, rest),
         };
-        let (hostpart, headers) = match after_user.find('?') {
+        let (hostpart, headers) = match lex::find_byte(after_user, b'?') {
             Some(q) => (&after_user[..q], Some(&after_user[q + 1..])),
             None => (after_user, None),
         };
@@ -90,7 +90,7 @@ impl<'a> SipUri<'a> {
                 return None;
             }
         }
-        let (hostport, params) = match hostpart.find(';') {
+        let (hostport, params) = match lex::find_byte(hostpart, b';') {
             Some(semi) => (&hostpart[..semi], &hostpart[semi + 1..]),
             None => (hostpart, ""),
         };
@@ -175,7 +175,7 @@ fn escapes_valid(s: &str) -> bool {
 /// Splits `host[:port]`, validating the host (hostname, IPv4 or bracketed IPv6).
 pub(crate) fn split_host_port(s: &str) -> Option<(&str, Option<u16>)> {
     let (host, port_text) = if s.starts_with('[') {
-        let close = s.find(']')?;
+        let close = lex::find_byte(s, b']')?;
         let host = &s[..=close];
         host[1..close].parse::<Ipv6Addr>().ok()?;
         match &s[close + 1..] {
@@ -183,7 +183,7 @@ pub(crate) fn split_host_port(s: &str) -> Option<(&str, Option<u16>)> {
             rest => (host, Some(rest.strip_prefix(':')?)),
         }
     } else {
-        match s.find(':') {
+        match lex::find_byte(s, b':') {
             Some(c) => (&s[..c], Some(&s[c + 1..])),
             None => (s, None),
         }

@@ -62,10 +62,19 @@ pub struct Via<'a> {
 impl<'a> Via<'a> {
     /// Parses a single Via value (not a comma-separated list).
     pub fn parse(value: &'a str) -> Option<Via<'a>> {
+        Self::parse_finding(value, "").map(|(v, _)| v)
+    }
+
+    /// [`Self::parse`] and [`Self::branch`] in one pass over the parameters.
+    pub(crate) fn parse_with_branch(value: &'a str) -> Option<(Via<'a>, Option<&'a str>)> {
+        Self::parse_finding(value, "branch")
+    }
+
+    fn parse_finding(value: &'a str, param: &str) -> Option<(Via<'a>, Option<&'a str>)> {
         let mut rest = value;
         let mut protocol = [""; 3];
         for (i, part) in protocol.iter_mut().enumerate() {
-            let end = if i < 2 { rest.find('/')? } else { first_lws_after_token(rest)? };
+            let end = if i < 2 { lex::find_byte(rest, b'/')? } else { first_lws_after_token(rest)? };
             *part = trim_lws(&rest[..end]);
             rest = if i < 2 { &rest[end + 1..] } else { &rest[end..] };
         }
@@ -73,17 +82,19 @@ impl<'a> Via<'a> {
             return None;
         }
         let rest = trim_lws(rest);
-        let (sent_by, params) = match rest.find(';') {
+        let (sent_by, params) = match lex::find_byte(rest, b';') {
             Some(semi) => (trim_lws(&rest[..semi]), &rest[semi + 1..]),
             None => (rest, ""),
         };
         let (host, port) = split_host_port(sent_by)?;
-        if !params.is_empty() {
-            lex::parse_params(params)?;
+        let found = if !params.is_empty() {
+            lex::parse_params_find(params, param)?
         } else if rest.ends_with(';') {
             return None;
-        }
-        Some(Via { transport: Transport::parse(protocol[2]), transport_text: protocol[2], host, port, params })
+        } else {
+            None
+        };
+        Some((Via { transport: Transport::parse(protocol[2]), transport_text: protocol[2], host, port, params }, found))
     }
 
     pub fn param(&self, name: &str) -> Option<Option<&'a str>> {
@@ -109,7 +120,7 @@ impl<'a> Via<'a> {
 
 /// End of the transport token: skips leading LWS, then the token.
 fn first_lws_after_token(s: &str) -> Option<usize> {
-    let start = s.len() - s.trim_start_matches(|c: char| c.is_ascii() && lex::is_lws(c as u8)).len();
+    let start = s.len() - lex::trim_lws_start(s).len();
     let token_len = s[start..].bytes().take_while(|b| lex::is_token_byte(*b)).count();
     (token_len > 0).then_some(start + token_len)
 }
