@@ -236,10 +236,12 @@ fn run_with(
     let (store, service) = sim.stop();
     check_invariants(&store, &sessions, &service);
     eprintln!(
-        "{negotiator:?}: {executors} executors, {executions} executions, {} messages in {elapsed:?}: pairs {}, back-offs {}",
+        "{negotiator:?}: {executors} executors, {executions} executions, {} messages in {elapsed:?}: pairs {}, back-offs {}, \
+         predictions evaluated again {}",
         executions * (rounds + 1),
         service.transition_count("Pair"),
-        service.backoffs()
+        service.backoffs(),
+        service.reevaluations()
     );
     for (id, _) in &sessions {
         let poked = store.session(*id).and_then(|c| c.lock().attributes.get_bool("poked"));
