@@ -319,3 +319,15 @@ fn global_negotiator_rendezvous() {
         run(Negotiator::Global, 2, 200, 5, seed);
     }
 }
+
+/// Few executions and many rounds: predictions often read a session that another transition
+/// changes before it is acquired, so the single-assignment negotiator has to notice and
+/// evaluate again under the locks; the invariants must hold all the same.
+#[test]
+fn single_assign_negotiator_under_contention() {
+    let mut reevaluated = 0;
+    for seed in 0..5 {
+        reevaluated += run_with(Negotiator::SingleAssign, 3, 8, 60, seed, false).reevaluations();
+    }
+    eprintln!("predictions evaluated again: {reevaluated}");
+}
