@@ -1,9 +1,10 @@
 //! The machine service: events in, negotiation, one handler arm, commit, release.
 
 use crate::compiled::Compiled;
-use crate::eval::{eval, eval_nav, Env, Need, Value, Vars};
+use crate::eval::{eval, eval_nav, nav_value, Env, Need, Value, Vars};
 use crate::event::{Event, Trigger};
 use crate::locks::{Acquire, Key, LockTable, Ticket, GLOBAL};
+use crate::reads::{to_value, Reads};
 use crate::sorted_set::SortedSet;
 use crate::stats::ServiceStats;
 use crate::transition::{Action, Transition};
@@ -68,6 +69,16 @@ pub(crate) struct Negotiation {
     to_acquire: SortedSet<Key>,
     started: Instant,
     backoffs: u64,
+    /// The single-assignment negotiator's unlocked evaluation, until the first evaluation
+    /// under the locks uses or discards it.
+    prediction: Option<Box<Prediction>>,
+}
+
+/// An evaluation made without locks: its outcome, what it read, and the sessions it asked for.
+struct Prediction {
+    outcome: Outcome,
+    reads: Reads,
+    keys: SortedSet<Key>,
 }
 
 pub struct MachineService<H: Handler> {
@@ -140,6 +151,11 @@ impl<H: Handler> MachineService<H> {
         self.stats.absorbed.load(Relaxed)
     }
 
+    /// Unlocked predictions that had to be evaluated again under the locks.
+    pub fn reevaluations(&self) -> u64 {
+        self.stats.reevaluations.load(Relaxed)
+    }
+
     pub fn backoffs(&self) -> u64 {
         self.stats.transitions.iter().map(|t| t.backoffs.load(Relaxed)).sum()
     }
@@ -179,14 +195,16 @@ impl<H: Handler> MachineService<H> {
             to_acquire: SortedSet::new(),
             started: ctx.now(),
             backoffs: 0,
+            prediction: None,
         });
         match self.negotiator {
             Negotiator::Global => {
                 neg.to_acquire.insert(GLOBAL);
             }
             Negotiator::SingleAssign => {
-                let predicted = self.predict(ctx, &neg);
-                neg.to_acquire.extend(predicted);
+                let prediction = self.predict(ctx, &neg);
+                neg.to_acquire.extend(prediction.keys.iter().copied());
+                neg.prediction = Some(prediction);
             }
             Negotiator::Ordered => {}
         }
@@ -215,7 +233,25 @@ impl<H: Handler> MachineService<H> {
                     }
                 }
             }
-            match self.evaluate(ctx, &neg) {
+            // Evaluate again only if the prediction may be stale. Evaluation is a function of
+            // the message (fixed) and of what it reads. The prediction read without locks, so a
+            // transition may have changed a session after the prediction read it and before we
+            // acquired it. Now every session it asked for is held (checked below), so a locked
+            // evaluation would need no further lock on the prediction's path; and if everything
+            // it read (attributes, and whether sessions exist) still reads the same now, that
+            // evaluation would take the same path, read the same values and reach the same
+            // outcome. Checking costs one look-up per session read, where evaluating again walks
+            // every candidate's guard; it is done only when something changed (or was read that
+            // the record cannot check, e.g. an application session's attribute).
+            let outcome = match neg.prediction.take() {
+                Some(p) if p.keys.iter().all(|k| neg.held.contains(k)) && p.reads.unchanged(ctx) => p.outcome,
+                Some(_) => {
+                    self.stats.reevaluations.fetch_add(1, Relaxed);
+                    self.evaluate(ctx, &neg)
+                }
+                None => self.evaluate(ctx, &neg),
+            };
+            match outcome {
                 Outcome::Need(wanted) => self.plan(ctx, &mut neg, wanted),
                 Outcome::Absorb => {
                     self.stats.absorbed.fetch_add(1, Relaxed);
@@ -273,30 +309,34 @@ impl<H: Handler> MachineService<H> {
         ctx: &'e mut Context<'a>,
         neg: &'e Negotiation,
         predict: Option<&'e mut SortedSet<Key>>,
+        reads: &'e mut Reads,
     ) -> EvalEnv<'e, 'a, H> {
-        EvalEnv { engine: self, ctx, neg, predict }
+        EvalEnv { engine: self, ctx, neg, predict, reads }
     }
 
     fn evaluate(&self, ctx: &mut Context<'_>, neg: &Negotiation) -> Outcome {
-        let mut env = self.env(ctx, neg, None);
+        let mut reads = Reads::default();
+        let mut env = self.env(ctx, neg, None, &mut reads);
         match select(&mut env) {
             Ok(outcome) => outcome,
             Err(Need(id)) => Outcome::Need([key(id)].into()),
         }
     }
 
-    /// The sessions a message will most likely need, read without locks (a hint only: the
-    /// locked evaluation decides).
-    fn predict(&self, ctx: &mut Context<'_>, neg: &Negotiation) -> SortedSet<Key> {
-        let mut predicted = SortedSet::new();
-        let mut env = self.env(ctx, neg, Some(&mut predicted));
-        let outcome = select(&mut env);
+    /// The sessions a message will most likely need, read without locks, and the outcome
+    /// those reads give (a hint only: it stands only if the reads still hold under the locks).
+    fn predict(&self, ctx: &mut Context<'_>, neg: &Negotiation) -> Box<Prediction> {
+        let mut p = Box::new(Prediction { outcome: Outcome::Absorb, reads: Reads::default(), keys: SortedSet::new() });
+        let Prediction { outcome, reads, keys } = &mut *p;
+        let mut env = self.env(ctx, neg, Some(keys), reads);
+        // Prediction reads never need a lock, so this is always `Ok`.
+        *outcome = select(&mut env).unwrap_or_else(|Need(id)| Outcome::Need([key(id)].into()));
         // Sessions the handles reach without reading them (the last step of a navigation)
         // are needed too.
-        if let Ok(Outcome::Run { needed, .. }) = outcome {
-            predicted.extend(needed);
+        if let Outcome::Run { needed, .. } = outcome {
+            keys.extend(needed.iter().copied());
         }
-        predicted
+        p
     }
 
     /// Runs the arm with access to the dynamic contract's sessions (`needed`: what the handles
@@ -343,8 +383,9 @@ impl<H: Handler> MachineService<H> {
         }
         for mv in &t.moves {
             let target = {
-                let mut env = self.env(ctx, neg, None);
-                eval_nav(&mv.target, &mut env, vars, &mut SortedSet::new())
+                let mut reads = Reads::default();
+                let mut env = self.env(ctx, neg, None, &mut reads);
+                nav_value(&mv.target, &mut env, vars, None)
             };
             if let Ok(Value::Session(s)) = target {
                 if let Some(holder) = self.holder(ctx, s) {
@@ -362,8 +403,9 @@ impl<H: Handler> MachineService<H> {
             ended.extend(neg.event.session.or(created));
         }
         for mv in t.moves.iter().filter(|m| self.compiled.finals.contains(&m.to.name)) {
-            let mut env = self.env(ctx, neg, None);
-            if let Ok(Value::Session(s)) = eval_nav(&mv.target, &mut env, vars, &mut SortedSet::new()) {
+            let mut reads = Reads::default();
+            let mut env = self.env(ctx, neg, None, &mut reads);
+            if let Ok(Value::Session(s)) = nav_value(&mv.target, &mut env, vars, None) {
                 ended.push(s);
             }
         }
@@ -376,13 +418,13 @@ impl<H: Handler> MachineService<H> {
 
     /// The session carrying the execution state of `session`'s execution.
     fn holder(&self, ctx: &mut Context<'_>, session: SessionId) -> Option<SessionId> {
-        let role = ctx.with_session(session, |_, s| s.attributes.get_str(ROLE).map(str::to_string))??;
-        let info = self.compiled.role(&role)?;
-        if info.holds_state {
-            return Some(session);
-        }
-        let via = info.state_via.as_deref()?;
-        ctx.with_session(session, |_, s| s.attributes.get_session(via))?
+        ctx.with_session(session, |_, s| {
+            let info = self.compiled.role(s.attributes.get_str(ROLE)?)?;
+            if info.holds_state {
+                return Some(session);
+            }
+            s.attributes.get_session(info.state_via.as_deref()?)
+        })?
     }
 }
 
@@ -406,7 +448,7 @@ fn select<H: Handler>(env: &mut EvalEnv<'_, '_, H>) -> Result<Outcome, Need> {
         },
         _ => return Ok(Outcome::Absorb),
     };
-    let mut enabled = Vec::new();
+    let mut enabled: smallvec::SmallVec<[(usize, Vars); 1]> = smallvec::SmallVec::new();
     for &index in compiled.candidates(&state) {
         let t = compiled.transition(index);
         let mut vars = Vars::default();
@@ -456,6 +498,8 @@ struct EvalEnv<'e, 'a, H: Handler> {
     neg: &'e Negotiation,
     /// Prediction mode: read everything without locks and note every session touched.
     predict: Option<&'e mut SortedSet<Key>>,
+    /// What this evaluation read.
+    reads: &'e mut Reads,
 }
 
 impl<H: Handler> EvalEnv<'_, '_, H> {
@@ -470,17 +514,6 @@ impl<H: Handler> EvalEnv<'_, '_, H> {
             Negotiator::SingleAssign => set && self.engine.compiled.is_once(role, attr),
             Negotiator::Ordered => false,
         }
-    }
-}
-
-fn to_value(v: Option<&AttrValue>) -> Value {
-    match v {
-        None => Value::Null,
-        Some(AttrValue::Str(s)) => Value::Str(SmolStr::new(s)),
-        Some(AttrValue::Int(i)) => Value::Int(*i),
-        Some(AttrValue::Bool(b)) => Value::Bool(*b),
-        Some(AttrValue::Bytes(b)) => Value::Str(SmolStr::new(String::from_utf8_lossy(b))),
-        Some(AttrValue::Session(s)) => Value::Session(*s),
     }
 }
 
@@ -501,22 +534,26 @@ impl<H: Handler> Env for EvalEnv<'_, '_, H> {
         }
     }
 
+    fn method(&self) -> &str {
+        self.neg.event.method()
+    }
+
     fn app_attr(&mut self, name: &str) -> Result<Value, Need> {
         let Some(app) = self.neg.event.app else { return Ok(Value::Null) };
+        self.reads.read_unrecorded();
         Ok(self.ctx.with_app(app, |a| to_value(a.attributes.get(name))).unwrap_or(Value::Null))
     }
 
     fn session_attr(&mut self, id: SessionId, name: &str) -> Result<Value, Need> {
-        let Some((role, value)) = self.ctx.with_session(id, |_, s| {
-            let role = s.attributes.get_str(ROLE).map(SmolStr::new);
-            let attr = match name {
-                "role" => ROLE,
-                "state" => STATE,
-                other => other,
-            };
-            (role, to_value(s.attributes.get(attr)))
-        }) else {
-            return Ok(Value::Null);
+        let attr = match name {
+            "role" => ROLE,
+            "state" => STATE,
+            other => other,
+        };
+        let Some((role, value)) = self.reads.session(self.ctx, id, attr) else { return Ok(Value::Null) };
+        let role = match role {
+            Value::Str(role) => Some(role),
+            _ => None,
         };
         match name {
             "role" => {
@@ -558,10 +595,18 @@ impl<H: Handler> Env for EvalEnv<'_, '_, H> {
         }
     }
 
-    fn session_of(&self, text: &str) -> Value {
+    fn session_of(&mut self, text: &str) -> Value {
         match text.parse::<SessionId>() {
-            Ok(id) if self.ctx.session(id).is_some() => Value::Session(id),
+            Ok(id) if self.reads.exists(self.ctx, id) => Value::Session(id),
             _ => Value::Null,
+        }
+    }
+
+    fn payload_session(&mut self) -> Value {
+        let body = self.neg.event.body();
+        match std::str::from_utf8(&body) {
+            Ok(text) => self.session_of(text.trim()),
+            Err(_) => self.session_of(&self.neg.event.payload()),
         }
     }
 

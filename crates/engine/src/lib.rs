@@ -17,6 +17,7 @@ mod locks;
 #[cfg(test)]
 mod model_tests;
 mod plan;
+mod reads;
 mod sorted_set;
 mod stats;
 mod transition;

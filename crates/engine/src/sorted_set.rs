@@ -68,7 +68,6 @@ impl<T: Ord + Copy> SortedSet<T> {
         self.0.len()
     }
 
-    #[cfg(test)]
     pub fn iter(&self) -> std::slice::Iter<'_, T> {
         self.0.iter()
     }

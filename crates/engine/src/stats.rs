@@ -24,6 +24,9 @@ pub struct ServiceStats {
     pub ambiguous: AtomicU64,
     /// Negotiations that had to wait for a session held by another transition.
     pub waits: AtomicU64,
+    /// Predictions (single-assignment negotiator) whose outcome could not be kept: something
+    /// they read had changed by the time its session was held, so the guard was evaluated again.
+    pub reevaluations: AtomicU64,
 }
 
 impl ServiceStats {
@@ -56,6 +59,11 @@ impl ServiceStats {
             ("tandem_absorbed_messages_total", "Messages that enabled no transition", &self.absorbed),
             ("tandem_ambiguous_messages_total", "Messages that enabled several transitions (contract defect)", &self.ambiguous),
             ("tandem_negotiation_waits_total", "Negotiations that waited for a session", &self.waits),
+            (
+                "tandem_prediction_reevaluations_total",
+                "Unlocked predictions evaluated again under the locks (what they read had changed)",
+                &self.reevaluations,
+            ),
         ] {
             let _ = writeln!(out, "# HELP {name} {help}.\n# TYPE {name} counter\n{name}{{service=\"{service}\"}} {}", v.load(Relaxed));
         }
