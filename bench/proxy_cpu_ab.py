@@ -12,7 +12,8 @@ median and spread of CPU microseconds per call and p99 setup delay per variant.
         --variant 'kamailio=scenario:kamailio200'
 
 A variant is NAME=ITEM;ITEM;... with items env:K=V (environment of the server), set:K=V
-(passed as --set to tandem) and scenario:S (proxy200 or kamailio200).
+(passed as --set to tandem), bin:PATH (another tandem binary) and scenario:S (proxy200 or
+kamailio200).
 """
 import argparse
 import json
@@ -37,6 +38,8 @@ def parse_variant(text):
             v["env"][k] = val
         elif kind == "set":
             v["set"].append(value)
+        elif kind == "bin":
+            v["binary"] = value
         elif kind == "scenario":
             v["scenario"] = value
         else:
@@ -46,7 +49,7 @@ def parse_variant(text):
 
 def run_one(args, v, out_dir):
     name = "ab-%s" % v["name"]
-    cmd = [sys.executable, os.path.join(HERE, "find_max_rate.py"), "--binary", args.binary,
+    cmd = [sys.executable, os.path.join(HERE, "find_max_rate.py"), "--binary", v.get("binary", args.binary),
            "--scenario", v["scenario"], "--transport", args.transport, "--start", str(args.rate),
            "--step", "1000", "--max-steps", "1", "--duration", str(args.duration),
            "--out-dir", out_dir, "--name", name]

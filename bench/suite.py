@@ -89,6 +89,11 @@ def main(argv=None):
     ap.add_argument("--memory-calls", type=int, default=100_000)
     ap.add_argument("--quick", action="store_true", help="5 s steps, at most 2 steps, 5,000 calls in the memory run")
     ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="configuration override for every Tandem scenario of this run (recorded per scenario)")
+    ap.add_argument("--merge", action="store_true",
+                    help="update the existing <out-dir>/suite.json: replace only the scenarios and transports run "
+                         "now, keep the rest (and the memory run, unless --memory-calls > 0 is given explicitly)")
     args = ap.parse_args(argv)
     args.binary = os.path.abspath(args.binary)
     max_steps = 0
@@ -103,22 +108,34 @@ def main(argv=None):
                             "success_min": fmr.SUCCESS_MIN,
                             "latency_criterion": "95 % of calls set up within 50 ms and 50 % within 25 ms"},
              "scenarios": {}, "kamailio": {}, "histograms": {}}
+    base = "suite-quick" if args.quick else "suite"
+    previous_path = os.path.join(args.out_dir, base + ".json")
+    if args.merge and os.path.exists(previous_path):
+        with open(previous_path) as f:
+            previous = json.load(f)
+        for key in ("scenarios", "kamailio", "histograms", "memory", "rss_bytes_per_call"):
+            if key in previous:
+                suite[key] = previous[key]
+        suite["merged_into"] = {"started": previous.get("started"), "git_rev": previous.get("git_rev")}
     scenarios = [s for s in args.scenarios.split(",") if s]
     for transport in [t for t in args.transports.split(",") if t]:
         for scenario in scenarios:
             name = "%s-%s" % (scenario, transport)
-            result = run_fmr(args, scenario, transport, name, args.start, args.step, max_steps)
+            extra = sum((["--set", kv] for kv in args.set), []) if scenario != "kamailio200" else []
+            result = run_fmr(args, scenario, transport, name, args.start, args.step, max_steps, extra)
             at80 = None
             crit = result and result.get("latency_criterion_cps")
             if crit:
                 rate80 = max(100, int(round(0.8 * crit / 100.0)) * 100)
-                r80 = run_fmr(args, scenario, transport, name + "-80pct", rate80, args.step, 1)
+                r80 = run_fmr(args, scenario, transport, name + "-80pct", rate80, args.step, 1, extra)
                 if r80 and r80.get("steps"):
                     at80 = {"step": r80["steps"][0]}
                     if transport == "udp":
                         lat = histogram(r80["raw_dir"], rate80)
                         suite["histograms"][scenario] = {"rate": rate80, "setup_ms": lat}
             summary = summarize(result, at80)
+            summary["run"] = {"started": datetime.datetime.now().isoformat(timespec="seconds"), "git_rev": fmr.git_rev(),
+                              "set": [] if scenario == "kamailio200" else list(args.set)}
             target = suite["kamailio"] if scenario == "kamailio200" else suite["scenarios"].setdefault(scenario, {})
             if scenario == "kamailio200":
                 target.setdefault("proxy200", {})[transport] = summary
@@ -146,16 +163,16 @@ def main(argv=None):
             "latency_criterion_cps": {"tandem": t["latency_criterion_cps"], "kamailio": k["latency_criterion_cps"]},
             "p99_ms_by_rate": p99,
         }
-    print("\n$ memory scale run: %d calls" % args.memory_calls, flush=True)
     mem_path = os.path.join(args.work_dir, "memory.json")
-    subprocess.run([sys.executable, os.path.join(HERE, "memory_scale.py"), "--binary", args.binary,
-                    "--calls", str(args.memory_calls), "--json", mem_path], check=False)
+    if not (args.merge and "--memory-calls" not in (argv if argv is not None else sys.argv)):
+        print("\n$ memory scale run: %d calls" % args.memory_calls, flush=True)
+        subprocess.run([sys.executable, os.path.join(HERE, "memory_scale.py"), "--binary", args.binary,
+                        "--calls", str(args.memory_calls), "--json", mem_path], check=False)
     if os.path.exists(mem_path):
         with open(mem_path) as f:
             suite["memory"] = json.load(f)
         suite["rss_bytes_per_call"] = suite["memory"].get("rss_bytes_per_call")
     suite["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
-    base = "suite-quick" if args.quick else "suite"
     with open(os.path.join(args.out_dir, base + ".json"), "w") as f:
         json.dump(suite, f, indent=1)
     plots = plot(suite, args.out_dir, base)
@@ -194,6 +211,12 @@ def markdown(suite, plots):
              "the latency-criterion rate. Setup delay = INVITE → 200 OK at the SIPp caller (1 ms resolution). CPU per "
              "call = the server's utime+stime (all its processes) over the steady part of a step / calls set up then."
              % (suite["parameters"]["start"], suite["parameters"]["step"], suite["parameters"]["duration_s"]),
+             "",
+             "**Runs**: " + "; ".join(
+                 "%s/%s %s%s" % (sc, tr, (v.get("run") or {}).get("git_rev") or suite.get("git_rev") or "?",
+                                 (" with " + ", ".join((v.get("run") or {}).get("set") or [])) if (v.get("run") or {}).get("set") else "")
+                 for sc, per in list(suite["scenarios"].items()) + [("kamailio200", suite["kamailio"].get("proxy200", {}))]
+                 for tr, v in per.items()) + ".",
              "",
              "| scenario | transport | max throughput (≥ 95 % ok) | latency-criterion rate | at 80 %: rate | success | p50 | p95 | p99 ms | CPU µs/call | stop reason |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -64,6 +64,24 @@ pub struct CompanionSection {
 pub struct ServerSection {
     pub listen: Vec<String>,
     pub admin: Option<String>,
+    /// Threads of the async runtime. 0: as many as executors (`container.executors`, itself
+    /// one per core when 0). Fewer threads than cores saves cross-thread wake-ups where load
+    /// generators or other servers share the machine (bench/results/proxy-cpu-ab.md).
+    #[serde(default)]
+    pub worker_threads: usize,
+}
+
+impl Config {
+    /// The runtime's thread count from `server.worker_threads` and `container.executors`.
+    pub fn worker_threads(&self) -> usize {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        match (self.server.worker_threads, self.container.executors) {
+            (0, 0) => cores,
+            (0, executors) => executors.min(cores),
+            (threads, _) => threads,
+        }
+        .max(1)
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -179,14 +179,20 @@ fn serve(args: RunArgs) -> Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
-    let result = runtime.block_on(run(args));
+    let config = load_run_config(&args)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.worker_threads())
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    let result = runtime.block_on(run(args, config));
     // Tasks still parked on sockets need not be waited for: everything is stopped.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     result
 }
 
-async fn run(args: RunArgs) -> Result<()> {
+/// The configuration file (or the embedded default) with the command line's overrides.
+fn load_run_config(args: &RunArgs) -> Result<config::Config> {
     let mut sets = args.set.clone();
     if !args.listen.is_empty() {
         let quoted: Vec<String> = args.listen.iter().map(|l| format!("{l:?}")).collect();
@@ -195,7 +201,10 @@ async fn run(args: RunArgs) -> Result<()> {
     if let Some(admin) = &args.admin {
         sets.push(format!("server.admin={admin:?}"));
     }
-    let config = config::Config::load(args.config.as_deref(), &sets)?;
+    config::Config::load(args.config.as_deref(), &sets)
+}
+
+async fn run(args: RunArgs, config: config::Config) -> Result<()> {
     let routes = match &args.service {
         Some(name) => vec![RouteRule::catch_all(name)],
         None => config.routes.clone(),
