@@ -25,9 +25,9 @@
 //!    `next_hop` values; Via and Contact take the transport's name from [`Transport`].
 #![forbid(unsafe_code)]
 
-mod direct;
 mod inprocess;
 mod spec;
+mod stream;
 mod tcp;
 mod tls;
 mod udp;
@@ -175,6 +175,8 @@ pub(crate) struct Inner {
     pub next_connection: AtomicU64,
     pub stats: TransportStats,
     pub tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Set by [`Transports::shutdown`]: a task started after it is stopped at once.
+    pub shut_down: std::sync::atomic::AtomicBool,
     pub tls_connector: Option<tokio_rustls::TlsConnector>,
 }
 
@@ -200,12 +202,13 @@ pub(crate) struct Connection {
     pub writer: Writer,
 }
 
-/// How a connection is written to: through its writer task's queue (TLS, WebSocket, and any
-/// connection until it is set up), or directly from the sender's thread (plain TCP).
+/// How a connection is written to: through the queue it was registered with (until it is set
+/// up: connected, TLS handshake, WebSocket upgrade), then directly from the sender's thread
+/// (`stream.rs`).
 #[derive(Clone)]
 pub(crate) enum Writer {
     Queued(mpsc::Sender<Bytes>),
-    Direct(Arc<direct::DirectWriter>),
+    Direct(Arc<stream::Shared>),
 }
 
 impl Connections {
@@ -289,6 +292,7 @@ impl Transports {
             next_connection: AtomicU64::new(1),
             stats: TransportStats::default(),
             tasks: Mutex::new(Vec::new()),
+            shut_down: std::sync::atomic::AtomicBool::new(false),
             tls_connector,
         });
         if let Some(hub) = &inner.config.in_process {
@@ -356,6 +360,9 @@ impl Transports {
     /// Stops every reader, acceptor and connection, and leaves the in-process hub.
     pub fn shutdown(&self) {
         self.inner.unregister_in_process();
+        // A connection accepted or opened just now may be tracked after the drain below: the
+        // flag makes `track` stop it (found by shutdown_closes_outgoing_and_accepted_connections).
+        self.inner.shut_down.store(true, Ordering::SeqCst);
         for task in self.inner.tasks.lock().drain(..) {
             task.abort();
         }
@@ -386,6 +393,10 @@ impl Inner {
 
     pub(crate) fn track(&self, task: JoinHandle<()>) {
         let mut tasks = self.tasks.lock();
+        if self.shut_down.load(Ordering::SeqCst) {
+            task.abort();
+            return;
+        }
         tasks.retain(|t| !t.is_finished());
         tasks.push(task);
     }

@@ -1,19 +1,18 @@
 //! Stream transports: TCP, and the stream code TLS and WebSocket share.
 //!
-//! Accepting, connecting, the connection table (reuse, limits) and the write queue serve
-//! every stream transport. SIP framing over a byte stream (Content-Length, CRLF keep-alives,
-//! idle timeout) is generic over `AsyncRead + AsyncWrite`: [`run_connection`] takes the two
-//! halves of a plain TCP socket or of a TLS session alike. WebSocket frames SIP messages
-//! itself (`ws.rs`), on a plain or a TLS stream.
+//! Accepting, connecting, the connection table (reuse, limits) and serving an established
+//! connection ([`run_established`]: direct writes, the flush task, lingering) serve every stream
+//! transport. SIP framing over a byte stream (Content-Length, CRLF keep-alives, idle timeout)
+//! reads plain TCP and TLS alike (the TLS session lives in `stream::Link`); WebSocket frames SIP
+//! messages itself (`ws.rs`), on a plain or a TLS link.
 
-use crate::direct::DirectWriter;
+use crate::stream::{Framing, Link, ReadOutcome, Shared};
 use crate::{tls, ws, Connection, Inner, Protocol, SendError, Writer};
 use bytes::{Buf, Bytes, BytesMut};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tandem_sip::{frame_stream, parse_stream_message, Flow, ParseError, StreamFrame, Transport};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
@@ -57,7 +56,9 @@ pub(crate) async fn accept_loop(
             Some(acceptor) => tokio::spawn(tls::serve_accepted(inner.clone(), stream, acceptor.clone(), rx, flow)),
             None if ws::is_ws(transport) => {
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(ws::serve_accepted(inner.clone(), stream, rx, flow))
+                let socket = Arc::new(stream);
+                let link = Link::plain(socket.clone(), inner.config.tcp_write_queue);
+                tokio::spawn(ws::serve_accepted(inner.clone(), socket, link, rx, flow))
             }
             None => tokio::spawn(serve_plain(inner.clone(), stream, rx, flow)),
         };
@@ -89,58 +90,60 @@ pub(crate) fn close(inner: &Inner, flow: Flow) {
     inner.sink.on_flow_closed(flow);
 }
 
-/// A plain TCP connection: written directly by senders (`direct.rs`), read here.
+/// A connection's writer task, aborted when dropped: the writer must not outlive its reader's
+/// task, also when that task is aborted ([`crate::Transports::shutdown`]); a direct writer
+/// otherwise waits for wake-ups forever and keeps the socket open (found by the transport
+/// benchmark: thousands of connections left established).
+pub(crate) struct WriterTask(pub(crate) tokio::task::JoinHandle<()>);
+
+impl Drop for WriterTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A plain TCP connection, once connected or accepted.
 async fn serve_plain(inner: Arc<Inner>, stream: TcpStream, rx: mpsc::Receiver<Bytes>, flow: Flow) {
     let _ = stream.set_nodelay(true);
-    let (read, write) = stream.into_split();
-    let direct = Arc::new(DirectWriter::new(write, inner.config.tcp_write_queue));
+    let socket = Arc::new(stream);
+    let link = Link::plain(socket.clone(), inner.config.tcp_write_queue);
+    run_established(inner, socket, Framing::Sip(link), rx, flow).await;
+}
+
+/// Serves one established connection (TCP; TLS after its handshake; WS and WSS after the
+/// upgrade) until it closes, idles out or cannot be framed; then unregisters it and reports
+/// the flow closed. Senders write it directly from now on (`stream.rs`); its flush task
+/// writes what they could not, and what was queued while it was being set up.
+pub(crate) async fn run_established(inner: Arc<Inner>, socket: Arc<TcpStream>, framing: Framing, rx: mpsc::Receiver<Bytes>, flow: Flow) {
+    let websocket = matches!(framing, Framing::Ws(_));
+    let shared = Shared::new(socket, framing);
     if let Some(conn) = inner.connections.lock().by_id.get_mut(&flow.connection) {
-        conn.writer = Writer::Direct(direct.clone());
+        conn.writer = Writer::Direct(shared.clone());
     }
-    let task_writer = direct.clone();
-    let mut writer = tokio::spawn(async move { task_writer.run(rx).await });
-    let ended = read_loop(&inner, read, flow).await;
-    if ended != ReadEnd::Idle {
-        let _ = tokio::time::timeout(LINGER, &mut writer).await;
+    let flusher = shared.clone();
+    let mut writer = WriterTask(tokio::spawn(async move { flusher.run(rx).await }));
+    let ended = if websocket { ws::read_loop(&inner, &shared, flow).await } else { read_loop(&inner, &shared, flow).await };
+    // Keep the connection registered so responses to what was read can still be written.
+    // Unlike TCP's half-close, a WebSocket that stopped reading is over (a Close frame ends
+    // both directions, RFC 6455 §5.5.1): no lingering for late responses.
+    if ended != ReadEnd::Idle && !websocket {
+        let _ = tokio::time::timeout(LINGER, &mut writer.0).await;
     }
-    writer.abort();
+    drop(writer);
+    shared.close();
     close(&inner, flow);
 }
 
-/// Reads and writes one established connection (TCP, or TLS after its handshake) until it
-/// closes, idles out or cannot be framed; then unregisters it and reports the flow closed.
-pub(crate) async fn run_connection<R, W>(inner: Arc<Inner>, read: R, write: W, rx: mpsc::Receiver<Bytes>, flow: Flow)
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin + Send + 'static,
-{
-    let mut writer = tokio::spawn(write_loop(write, rx));
-    let ended = read_loop(&inner, read, flow).await;
-    if ended != ReadEnd::Idle {
-        // Keep the connection registered so those responses can still be written.
-        let _ = tokio::time::timeout(LINGER, &mut writer).await;
+/// Waits until the connection may have more to read; `Err`: idle for too long, or failed.
+pub(crate) async fn wait_readable(inner: &Inner, shared: &Shared) -> Result<(), ReadEnd> {
+    match tokio::time::timeout(inner.config.tcp_idle_timeout, shared.readable()).await {
+        Err(_) => {
+            inner.stats.tcp_idle_closed.fetch_add(1, Ordering::Relaxed);
+            Err(ReadEnd::Idle)
+        }
+        Ok(Err(_)) => Err(ReadEnd::Closed),
+        Ok(Ok(())) => Ok(()),
     }
-    writer.abort();
-    close(&inner, flow);
-}
-
-async fn write_loop<W: AsyncWrite + Unpin>(mut write: W, mut rx: mpsc::Receiver<Bytes>) {
-    while let Some(first) = rx.recv().await {
-        if write.write_all(&first).await.is_err() {
-            return;
-        }
-        // Drain what is already queued before the next wake-up.
-        while let Ok(more) = rx.try_recv() {
-            if write.write_all(&more).await.is_err() {
-                return;
-            }
-        }
-        // A no-op on TCP; pushes out the records a TLS session may still hold.
-        if write.flush().await.is_err() {
-            return;
-        }
-    }
-    let _ = write.shutdown().await;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,18 +153,21 @@ pub(crate) enum ReadEnd {
     Unframeable,
 }
 
-async fn read_loop<R: AsyncRead + Unpin>(inner: &Inner, mut read: R, flow: Flow) -> ReadEnd {
+async fn read_loop(inner: &Inner, shared: &Shared, flow: Flow) -> ReadEnd {
     let max = inner.config.max_message_bytes;
     let limits = inner.config.parse_limits();
     let mut buf = BytesMut::with_capacity(8192);
+    let mut no_messages = Vec::new();
     loop {
-        match tokio::time::timeout(inner.config.tcp_idle_timeout, read.read_buf(&mut buf)).await {
-            Err(_) => {
-                inner.stats.tcp_idle_closed.fetch_add(1, Ordering::Relaxed);
-                return ReadEnd::Idle;
+        match shared.read(&mut buf, &mut no_messages) {
+            ReadOutcome::WouldBlock => {
+                if let Err(end) = wait_readable(inner, shared).await {
+                    return end;
+                }
+                continue;
             }
-            Ok(Ok(0)) | Ok(Err(_)) => return ReadEnd::Closed,
-            Ok(Ok(_)) => {}
+            ReadOutcome::Closed | ReadOutcome::Oversize => return ReadEnd::Closed,
+            ReadOutcome::Data => {}
         }
         loop {
             match frame_stream(&buf, max) {
@@ -170,7 +176,7 @@ async fn read_loop<R: AsyncRead + Unpin>(inner: &Inner, mut read: R, flow: Flow)
                     buf.advance(len);
                     if double {
                         // RFC 5626 §4.4.1: answer a CRLFCRLF ping with a CRLF pong.
-                        let _ = send(inner, flow, Bytes::from_static(b"\r\n"));
+                        let _ = shared.send(Bytes::from_static(b"\r\n"));
                     }
                 }
                 StreamFrame::Message { len } => {
@@ -189,7 +195,7 @@ async fn read_loop<R: AsyncRead + Unpin>(inner: &Inner, mut read: R, flow: Flow)
             }
         }
         if buf.capacity() - buf.len() < 1024 {
-            buf.reserve(8192.min(max + 1 - buf.len().min(max)));
+            buf.reserve(8192.min(max + 1 - buf.len().min(max)).max(1024));
         }
     }
 }
@@ -260,7 +266,9 @@ fn connect(inner: &Inner, flow: Flow, payload: Bytes) -> Result<(), SendError> {
                 Some(connector) => tls::serve_connected(owner, stream, connector, rx, flow).await,
                 None if ws::is_ws(transport) => {
                     let _ = stream.set_nodelay(true);
-                    ws::serve_connected(owner, stream, rx, flow).await
+                    let socket = Arc::new(stream);
+                    let link = Link::plain(socket.clone(), owner.config.tcp_write_queue);
+                    ws::serve_connected(owner, socket, link, rx, flow).await
                 }
                 None => serve_plain(owner, stream, rx, flow).await,
             },

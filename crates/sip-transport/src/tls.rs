@@ -1,15 +1,17 @@
 //! TLS over TCP (RFC 3261 §26.2, RFC 5630): rustls (ring provider) through tokio-rustls.
 //!
-//! Only the handshake lives here. Once it is done, the encrypted stream is handed to the
-//! stream code of [`crate::tcp`] (framing, limits, idle timeout, write queue, reuse), which
-//! is generic over `AsyncRead + AsyncWrite` — or, for WSS, to the WebSocket upgrade in
-//! [`crate::ws`].
+//! Only the handshake lives here (tokio-rustls). Once it is done, the session is taken apart
+//! into the socket and the rustls connection, which `stream::Link` drives without a task of
+//! its own (senders encrypt and write directly), and handed to the stream code of
+//! [`crate::tcp`] (framing, limits, idle timeout, write queue, reuse) — or, for WSS, to the
+//! WebSocket upgrade in [`crate::ws`].
 //!
 //! The handshake is bounded by [`crate::TransportConfig::tls_handshake_timeout`]: a peer that
 //! sends half a ClientHello and stalls, or garbage, holds one connection slot (subject to the
 //! connection limits) until then and is counted in `tls_handshake_failed`; other connections
 //! are served by their own tasks meanwhile.
 
+use crate::stream::{Framing, Link};
 use crate::{tcp, ws};
 use crate::{Inner, TlsConfig};
 use bytes::Bytes;
@@ -129,7 +131,10 @@ pub(crate) fn connector(config: &TlsConfig) -> Option<TlsConnector> {
 pub(crate) async fn serve_accepted(inner: Arc<Inner>, stream: TcpStream, acceptor: TlsAcceptor, rx: mpsc::Receiver<Bytes>, flow: Flow) {
     let _ = stream.set_nodelay(true);
     match tokio::time::timeout(inner.config.tls_handshake_timeout, acceptor.accept(stream)).await {
-        Ok(Ok(tls)) => serve_secured(inner, tls, rx, flow, Side::Server).await,
+        Ok(Ok(tls)) => {
+            let (stream, session) = tls.into_inner();
+            serve_secured(inner, stream, session.into(), rx, flow, Side::Server).await
+        }
         Ok(Err(e)) => handshake_failed(&inner, flow, &e.to_string()),
         Err(_) => handshake_failed(&inner, flow, "timed out"),
     }
@@ -142,7 +147,10 @@ pub(crate) async fn serve_connected(inner: Arc<Inner>, stream: TcpStream, connec
     let _ = stream.set_nodelay(true);
     let name = ServerName::IpAddress(flow.remote.ip().into());
     match tokio::time::timeout(inner.config.tls_handshake_timeout, connector.connect(name, stream)).await {
-        Ok(Ok(tls)) => serve_secured(inner, tls, rx, flow, Side::Client).await,
+        Ok(Ok(tls)) => {
+            let (stream, session) = tls.into_inner();
+            serve_secured(inner, stream, session.into(), rx, flow, Side::Client).await
+        }
         Ok(Err(e)) => handshake_failed(&inner, flow, &e.to_string()),
         Err(_) => handshake_failed(&inner, flow, "timed out"),
     }
@@ -155,18 +163,23 @@ enum Side {
 }
 
 /// The connection after its TLS handshake: SIP framed on the stream (TLS), or WebSocket (WSS).
-async fn serve_secured<S>(inner: Arc<Inner>, tls: S, rx: mpsc::Receiver<Bytes>, flow: Flow, side: Side)
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
+async fn serve_secured(
+    inner: Arc<Inner>,
+    stream: TcpStream,
+    session: rustls::Connection,
+    rx: mpsc::Receiver<Bytes>,
+    flow: Flow,
+    side: Side,
+) {
+    let socket = Arc::new(stream);
+    let link = Link::tls(socket.clone(), session, inner.config.tcp_write_queue);
     if ws::is_ws(flow.transport) {
         match side {
-            Side::Server => ws::serve_accepted(inner, tls, rx, flow).await,
-            Side::Client => ws::serve_connected(inner, tls, rx, flow).await,
+            Side::Server => ws::serve_accepted(inner, socket, link, rx, flow).await,
+            Side::Client => ws::serve_connected(inner, socket, link, rx, flow).await,
         }
     } else {
-        let (read, write) = tokio::io::split(tls);
-        tcp::run_connection(inner, read, write, rx, flow).await;
+        tcp::run_established(inner, socket, Framing::Sip(link), rx, flow).await;
     }
 }
 

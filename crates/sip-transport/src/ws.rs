@@ -1,4 +1,4 @@
-//! SIP over WebSocket (RFC 7118): `ws` on TCP, `wss` on TLS, through tokio-tungstenite.
+//! SIP over WebSocket (RFC 7118): `ws` on TCP, `wss` on TLS, through tungstenite.
 //!
 //! The socket and TLS parts are the stream code's ([`crate::tcp`], [`crate::tls`]); what is
 //! WebSocket-specific lives here: the HTTP upgrade (the `sip` subprotocol is required, RFC 7118
@@ -6,30 +6,40 @@
 //! SIP message (§5.2), so there is no Content-Length framing and no CRLF keep-alive — the
 //! WebSocket layer has its own Ping/Pong, answered by tungstenite.
 //!
+//! tungstenite's synchronous `WebSocket` runs on the connection's non-blocking link
+//! (`stream::Link`), so senders frame and write their messages directly, as over TCP; the
+//! upgrade is driven the same way, resumed whenever the socket has more to read.
+//!
 //! Limits: a message (and a frame) above `max_message_bytes` closes the connection (tungstenite
 //! refuses it before buffering it whole); the upgrade is bounded by the handshake timeout, the
-//! connection by the idle timeout and the connection limits shared with TCP and TLS.
+//! connection by the idle timeout and the connection limits shared with TCP and TLS; frames
+//! waiting for a blocked socket by [`ws_config`]'s write buffer limit.
 
+use crate::stream::{Framing, Link, ReadOutcome, Shared};
 use crate::{tcp, Inner};
-use bytes::Bytes;
-use futures_util::{SinkExt, StreamExt};
+use bytes::{Bytes, BytesMut};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 use tandem_sip::{Flow, Transport};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
+use tokio_tungstenite::tungstenite::handshake::HandshakeError;
 use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use tokio_tungstenite::tungstenite::{self, Message, Utf8Bytes};
-use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::{self, WebSocket};
 
 /// The subprotocol SIP uses (RFC 7118 §4.1, registered with IANA).
 pub const SUBPROTOCOL: &str = "sip";
 
+/// Frames go out as soon as they are written (no write buffering); what a blocked socket does
+/// not take waits, up to the write queue's worth of messages of 1 KiB (and at least two of the
+/// largest), then sending fails.
 fn ws_config(inner: &Inner) -> WebSocketConfig {
     let max = inner.config.max_message_bytes;
-    WebSocketConfig::default().max_message_size(Some(max)).max_frame_size(Some(max))
+    let held_back = inner.config.tcp_write_queue.saturating_mul(1024).max(2 * max + 1);
+    WebSocketConfig::default().max_message_size(Some(max)).max_frame_size(Some(max)).write_buffer_size(0).max_write_buffer_size(held_back)
 }
 
 /// Whether a `Sec-WebSocket-Protocol` header offers `sip` (a comma-separated token list).
@@ -59,14 +69,23 @@ fn check_upgrade(request: &Request, mut response: Response) -> Result<Response, 
 
 /// An accepted connection on a `ws` listener, or on a `wss` one after its TLS handshake:
 /// the upgrade (bounded by the handshake timeout), then the connection.
-pub(crate) async fn serve_accepted<S>(inner: Arc<Inner>, stream: S, rx: mpsc::Receiver<Bytes>, flow: Flow)
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
+pub(crate) async fn serve_accepted(inner: Arc<Inner>, socket: Arc<TcpStream>, link: Link, rx: mpsc::Receiver<Bytes>, flow: Flow) {
     let config = ws_config(&inner);
-    let upgrade = tokio_tungstenite::accept_hdr_async_with_config(stream, check_upgrade, Some(config));
+    let upgrade = async {
+        let mut attempt = tungstenite::accept_hdr_with_config(link, check_upgrade, Some(config));
+        loop {
+            match attempt {
+                Ok(ws) => return Ok(ws),
+                Err(HandshakeError::Interrupted(mid)) => {
+                    more_io(&socket).await;
+                    attempt = mid.handshake();
+                }
+                Err(HandshakeError::Failure(e)) => return Err(e),
+            }
+        }
+    };
     match tokio::time::timeout(inner.config.tls_handshake_timeout, upgrade).await {
-        Ok(Ok(ws)) => run_connection(inner, ws, rx, flow).await,
+        Ok(Ok(ws)) => established(inner, socket, ws, rx, flow).await,
         Ok(Err(e)) => upgrade_failed(&inner, flow, &e.to_string()),
         Err(_) => upgrade_failed(&inner, flow, "timed out"),
     }
@@ -74,10 +93,7 @@ where
 
 /// An outgoing connection to a WebSocket server (TCP connected, TLS done for `wss`): the
 /// client side of the upgrade, asking for `sip`, then the connection.
-pub(crate) async fn serve_connected<S>(inner: Arc<Inner>, stream: S, rx: mpsc::Receiver<Bytes>, flow: Flow)
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
+pub(crate) async fn serve_connected(inner: Arc<Inner>, socket: Arc<TcpStream>, link: Link, rx: mpsc::Receiver<Bytes>, flow: Flow) {
     let scheme = if flow.transport == Transport::Wss { "wss" } else { "ws" };
     let request = match tungstenite::client::IntoClientRequest::into_client_request(format!("{scheme}://{}/", flow.remote)) {
         Ok(mut request) => {
@@ -87,12 +103,24 @@ where
         Err(e) => return upgrade_failed(&inner, flow, &e.to_string()),
     };
     let config = ws_config(&inner);
-    let upgrade = tokio_tungstenite::client_async_with_config(request, stream, Some(config));
+    let upgrade = async {
+        let mut attempt = tungstenite::client::client_with_config(request, link, Some(config));
+        loop {
+            match attempt {
+                Ok(done) => return Ok(done),
+                Err(HandshakeError::Interrupted(mid)) => {
+                    more_io(&socket).await;
+                    attempt = mid.handshake();
+                }
+                Err(HandshakeError::Failure(e)) => return Err(e),
+            }
+        }
+    };
     match tokio::time::timeout(inner.config.tls_handshake_timeout, upgrade).await {
         Ok(Ok((ws, response))) => {
             let agreed = response.headers().get("sec-websocket-protocol").and_then(|v| v.to_str().ok()) == Some(SUBPROTOCOL);
             if agreed {
-                run_connection(inner, ws, rx, flow).await;
+                established(inner, socket, ws, rx, flow).await;
             } else {
                 upgrade_failed(&inner, flow, "server did not agree to the sip subprotocol");
             }
@@ -102,88 +130,57 @@ where
     }
 }
 
+/// Until an interrupted upgrade may go on: the peer sent more, or (rarely: the socket did not
+/// take the whole request or response) a moment passed.
+async fn more_io(socket: &TcpStream) {
+    tokio::select! {
+        _ = socket.readable() => {}
+        _ = tokio::time::sleep(Duration::from_millis(5)) => {}
+    }
+}
+
+async fn established(inner: Arc<Inner>, socket: Arc<TcpStream>, ws: WebSocket<Link>, rx: mpsc::Receiver<Bytes>, flow: Flow) {
+    tcp::run_established(inner, socket, Framing::Ws(Box::new(ws)), rx, flow).await;
+}
+
 fn upgrade_failed(inner: &Inner, flow: Flow, reason: &str) {
     inner.stats.ws_upgrade_failed.fetch_add(1, Ordering::Relaxed);
     tracing::debug!(remote = %flow.remote, reason, "websocket upgrade failed");
     tcp::close(inner, flow);
 }
 
-async fn run_connection<S>(inner: Arc<Inner>, ws: WebSocketStream<S>, rx: mpsc::Receiver<Bytes>, flow: Flow)
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let (write, read) = ws.split();
-    let writer = tokio::spawn(write_loop(write, rx));
-    // Unlike TCP's half-close, a WebSocket that stopped reading is over (a Close frame
-    // ends both directions, RFC 6455 §5.5.1): no lingering for late responses.
-    let _ended = read_loop(&inner, read, flow).await;
-    writer.abort();
-    tcp::close(&inner, flow);
-}
-
-async fn write_loop<W>(mut write: W, mut rx: mpsc::Receiver<Bytes>)
-where
-    W: futures_util::Sink<Message, Error = tungstenite::Error> + Unpin,
-{
-    while let Some(first) = rx.recv().await {
-        if write.feed(frame(first)).await.is_err() {
-            return;
-        }
-        while let Ok(more) = rx.try_recv() {
-            if write.feed(frame(more)).await.is_err() {
-                return;
-            }
-        }
-        if write.flush().await.is_err() {
-            return;
-        }
-    }
-    let _ = write.close().await;
-}
-
-/// SIP is text: a UTF-8 message goes as a text frame (what browsers' SIP stacks expect),
-/// anything else as binary (RFC 7118 §5.1 allows both). Neither copies the bytes.
-fn frame(payload: Bytes) -> Message {
-    match Utf8Bytes::try_from(payload.clone()) {
-        Ok(text) => Message::Text(text),
-        Err(_) => Message::Binary(payload),
-    }
-}
-
-async fn read_loop<R>(inner: &Inner, mut read: R, flow: Flow) -> tcp::ReadEnd
-where
-    R: futures_util::Stream<Item = Result<Message, tungstenite::Error>> + Unpin,
-{
+/// Reads an established WebSocket: each text or binary message is one SIP message.
+pub(crate) async fn read_loop(inner: &Inner, shared: &Shared, flow: Flow) -> tcp::ReadEnd {
     let limits = inner.config.parse_limits();
+    let mut unused = BytesMut::new();
+    let mut messages = Vec::new();
     loop {
-        let next = match tokio::time::timeout(inner.config.tcp_idle_timeout, read.next()).await {
-            Err(_) => {
-                inner.stats.tcp_idle_closed.fetch_add(1, Ordering::Relaxed);
-                return tcp::ReadEnd::Idle;
+        let outcome = shared.read(&mut unused, &mut messages);
+        for bytes in messages.drain(..) {
+            if bytes.iter().all(|b| matches!(b, b'\r' | b'\n')) {
+                continue;
             }
-            Ok(None) => return tcp::ReadEnd::Closed,
-            Ok(Some(Err(e))) => {
-                if matches!(e, tungstenite::Error::Capacity(_)) {
-                    inner.stats.ws_oversize_closed.fetch_add(1, Ordering::Relaxed);
+            match tandem_sip::parse_datagram(bytes, &limits) {
+                Ok(msg) => inner.sink.on_message(msg, flow),
+                Err(e) => inner.sink.on_parse_error(e, flow),
+            }
+        }
+        match outcome {
+            ReadOutcome::Data => {}
+            ReadOutcome::WouldBlock => {
+                if let Err(end) = tcp::wait_readable(inner, shared).await {
+                    return end;
                 }
-                tracing::debug!(error = %e, remote = %flow.remote, "websocket closed");
+            }
+            ReadOutcome::Closed => {
+                tracing::debug!(remote = %flow.remote, "websocket closed");
                 return tcp::ReadEnd::Closed;
             }
-            Ok(Some(Ok(message))) => message,
-        };
-        let bytes: Bytes = match next {
-            Message::Text(text) => text.into(),
-            Message::Binary(bytes) => bytes,
-            Message::Close(_) => return tcp::ReadEnd::Closed,
-            // Pings are answered by tungstenite; pongs and raw frames carry no SIP.
-            Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => continue,
-        };
-        if bytes.iter().all(|b| matches!(b, b'\r' | b'\n')) {
-            continue;
-        }
-        match tandem_sip::parse_datagram(bytes, &limits) {
-            Ok(msg) => inner.sink.on_message(msg, flow),
-            Err(e) => inner.sink.on_parse_error(e, flow),
+            ReadOutcome::Oversize => {
+                inner.stats.ws_oversize_closed.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(remote = %flow.remote, "websocket closed: message above the size limit");
+                return tcp::ReadEnd::Closed;
+            }
         }
     }
 }

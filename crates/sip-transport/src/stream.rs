@@ -1,0 +1,412 @@
+//! An established stream connection (TCP, TLS, WS, WSS), written from the sender's thread.
+//!
+//! Handing every message to a writer task costs a task wake-up (often on another thread) per
+//! message; the transport benchmark measured it as most of the abstraction's overhead over
+//! raw sockets. So a connection's state — the socket, the TLS session (rustls), the WebSocket
+//! framing (tungstenite's sync [`WebSocket`]) — lives behind one short lock, driven by
+//! non-blocking reads and writes:
+//!
+//! - a sender locks it, encrypts and frames its message, and writes what the kernel takes at
+//!   once; only what it does not take stays queued (in order), and the connection's flush task
+//!   writes it out when the socket becomes writable again;
+//! - the connection's reader task waits for readability without the lock, then locks it to
+//!   read and decrypt what arrived, and hands the SIP messages to the sink after unlocking.
+//!
+//! Queued output is bounded ([`Shared::new`]'s limit): beyond it, sending fails.
+
+use crate::SendError;
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::io::{self, ErrorKind, Read, Write};
+use std::sync::Arc;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, Notify};
+use tokio_rustls::rustls;
+use tokio_tungstenite::tungstenite::{self, Message, Utf8Bytes, WebSocket};
+
+/// The socket and, for TLS and WSS, the TLS session on it: non-blocking `Read` + `Write` of
+/// plaintext (what tungstenite reads and writes for WS and WSS).
+pub(crate) struct Link {
+    socket: Arc<TcpStream>,
+    tls: Option<Box<rustls::Connection>>,
+    /// Plain TCP with SIP framing: what the socket did not take yet.
+    queue: VecDeque<Bytes>,
+    /// Messages (or, under WebSocket framing, writes) accepted but not yet all written to the
+    /// socket (queued here, or held by rustls).
+    pending: usize,
+    /// Most of them held back for a blocked socket (the configuration's write queue).
+    limit: usize,
+}
+
+/// Non-blocking reads and writes on a shared tokio socket.
+struct Socket<'a>(&'a TcpStream);
+
+impl Read for Socket<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.try_read(buf)
+    }
+}
+
+impl Write for Socket<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.try_write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Link {
+    pub(crate) fn plain(socket: Arc<TcpStream>, limit: usize) -> Link {
+        Link { socket, tls: None, queue: VecDeque::new(), pending: 0, limit }
+    }
+
+    /// After the TLS handshake (done by tokio-rustls, then taken apart). rustls's own buffer
+    /// limit is lifted: it would accept part of a message; `limit` bounds what is held back.
+    pub(crate) fn tls(socket: Arc<TcpStream>, mut session: rustls::Connection, limit: usize) -> Link {
+        session.set_buffer_limit(None);
+        Link { socket, tls: Some(Box::new(session)), queue: VecDeque::new(), pending: 0, limit }
+    }
+
+    /// Writes what is held back until done (true) or the socket would block (false).
+    fn flush_out(&mut self) -> io::Result<bool> {
+        let socket = &*self.socket;
+        match &mut self.tls {
+            Some(tls) => {
+                while tls.wants_write() {
+                    match tls.write_tls(&mut Socket(socket)) {
+                        Ok(0) => return Err(ErrorKind::WriteZero.into()),
+                        Ok(_) => {}
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            None => {
+                while let Some(front) = self.queue.front_mut() {
+                    match socket.try_write(front) {
+                        Ok(n) if n == front.len() => {
+                            self.queue.pop_front();
+                        }
+                        Ok(n) => *front = front.slice(n..),
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        }
+        self.pending = 0;
+        Ok(true)
+    }
+
+    /// Queues one SIP message (stream framing: the bytes as they are) and writes what the
+    /// socket takes. Ok(false): some of it waits for the socket.
+    fn send_sip(&mut self, payload: Bytes) -> Result<bool, SendError> {
+        if self.pending >= self.limit {
+            return Err(SendError::QueueFull);
+        }
+        self.pending += 1;
+        match &mut self.tls {
+            Some(tls) => tls.writer().write_all(&payload).map_err(|_| SendError::QueueFull)?,
+            None => self.queue.push_back(payload),
+        }
+        self.flush_out().map_err(|_| SendError::QueueFull)
+    }
+
+    /// Reads what arrived into `buf` (plaintext). Ok(0): the peer closed.
+    fn read_into(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
+        match self.tls {
+            None => self.socket.try_read_buf(buf),
+            Some(_) => {
+                let start = buf.len();
+                buf.resize(buf.capacity().max(start + 4096), 0);
+                let read = self.read(&mut buf[start..]);
+                buf.truncate(start + *read.as_ref().unwrap_or(&0));
+                read
+            }
+        }
+    }
+
+    /// TLS: a close_notify, written if the socket takes it.
+    fn close(&mut self) {
+        if let Some(tls) = &mut self.tls {
+            tls.send_close_notify();
+            let _ = self.flush_out();
+        }
+    }
+}
+
+impl Read for Link {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let socket = &*self.socket;
+        let Some(tls) = &mut self.tls else {
+            return socket.try_read(buf);
+        };
+        loop {
+            match tls.reader().read(buf) {
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                // Plaintext, a clean close (0), or a close without close_notify.
+                other => return other,
+            }
+            if tls.read_tls(&mut Socket(socket))? == 0 {
+                // EOF: the reader reports it (cleanly or not) on the next round.
+                tls.process_new_packets().map_err(io::Error::other)?;
+                continue;
+            }
+            tls.process_new_packets().map_err(io::Error::other)?;
+            // Alerts and key updates rustls wants to answer.
+            if tls.wants_write() {
+                while tls.wants_write() {
+                    match tls.write_tls(&mut Socket(socket)) {
+                        Ok(0) => return Err(ErrorKind::WriteZero.into()),
+                        Ok(_) => {}
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Write for Link {
+    /// Plain: what the socket takes. TLS: rustls takes it all (encrypted into its buffer) and
+    /// writes what the socket takes, until the limit of held-back writes.
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.tls.is_none() {
+            return self.socket.try_write(buf);
+        }
+        if self.pending >= self.limit && !self.flush_out()? {
+            return Err(ErrorKind::WouldBlock.into());
+        }
+        let Some(tls) = &mut self.tls else { return Err(ErrorKind::NotConnected.into()) };
+        let n = tls.writer().write(buf)?;
+        self.pending += 1;
+        self.flush_out()?;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.flush_out()? {
+            Ok(())
+        } else {
+            Err(ErrorKind::WouldBlock.into())
+        }
+    }
+}
+
+/// How messages are delimited on the connection.
+pub(crate) enum Framing {
+    /// SIP over a byte stream (TCP, TLS): Content-Length framing, done by the reader.
+    Sip(Link),
+    /// One SIP message per WebSocket message (WS, WSS, RFC 7118).
+    Ws(Box<WebSocket<Link>>),
+}
+
+struct State {
+    framing: Framing,
+    failed: bool,
+}
+
+/// One established connection, shared by its reader task, its flush task and every sender.
+pub(crate) struct Shared {
+    socket: Arc<TcpStream>,
+    state: Mutex<State>,
+    wake: Notify,
+}
+
+/// What one turn of [`Shared::read`] got.
+pub(crate) enum ReadOutcome {
+    /// Nothing more for now: wait for readability.
+    WouldBlock,
+    /// Data (SIP framing: appended to the buffer; WS: whole messages).
+    Data,
+    /// The peer closed the connection, or it failed.
+    Closed,
+    /// A WebSocket message or frame above the size limit.
+    Oversize,
+}
+
+/// Messages taken from a WebSocket per lock hold, so senders are not kept waiting.
+const WS_MESSAGES_PER_TURN: usize = 32;
+
+impl Shared {
+    pub(crate) fn new(socket: Arc<TcpStream>, framing: Framing) -> Arc<Shared> {
+        Arc::new(Shared { socket, state: Mutex::new(State { framing, failed: false }), wake: Notify::new() })
+    }
+
+    pub(crate) async fn readable(&self) -> io::Result<()> {
+        self.socket.readable().await
+    }
+
+    /// Sends one SIP message: written at once as far as the socket takes it, the rest queued
+    /// for the flush task.
+    pub(crate) fn send(&self, payload: Bytes) -> Result<(), SendError> {
+        let mut state = self.state.lock();
+        if state.failed {
+            return Err(SendError::QueueFull);
+        }
+        let written = match &mut state.framing {
+            Framing::Sip(link) => link.send_sip(payload),
+            Framing::Ws(ws) => match ws.write(frame(payload)).and_then(|()| ws.flush()) {
+                Ok(()) => Ok(true),
+                Err(tungstenite::Error::Io(e)) if e.kind() == ErrorKind::WouldBlock => Ok(false),
+                Err(tungstenite::Error::WriteBufferFull(_)) => Err(SendError::QueueFull),
+                Err(_) => {
+                    state.failed = true;
+                    Err(SendError::QueueFull)
+                }
+            },
+        };
+        drop(state);
+        match written {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                self.wake.notify_one();
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads what arrived: SIP framing appends to `buf`; WebSocket pushes whole messages
+    /// (text or binary) to `messages`.
+    pub(crate) fn read(&self, buf: &mut BytesMut, messages: &mut Vec<Bytes>) -> ReadOutcome {
+        let mut state = self.state.lock();
+        let outcome = match &mut state.framing {
+            Framing::Sip(link) => match link.read_into(buf) {
+                Ok(0) => ReadOutcome::Closed,
+                Ok(_) => ReadOutcome::Data,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => ReadOutcome::WouldBlock,
+                Err(_) => ReadOutcome::Closed,
+            },
+            Framing::Ws(ws) => {
+                let mut outcome = ReadOutcome::WouldBlock;
+                while messages.len() < WS_MESSAGES_PER_TURN {
+                    match ws.read() {
+                        Ok(Message::Text(text)) => messages.push(text.into()),
+                        Ok(Message::Binary(bytes)) => messages.push(bytes),
+                        Ok(Message::Close(_)) => {
+                            outcome = ReadOutcome::Closed;
+                            break;
+                        }
+                        // Pings are answered by tungstenite; pongs and raw frames carry no SIP.
+                        Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_)) => continue,
+                        Err(tungstenite::Error::Io(e)) if e.kind() == ErrorKind::WouldBlock => break,
+                        Err(tungstenite::Error::Capacity(_)) => {
+                            outcome = ReadOutcome::Oversize;
+                            break;
+                        }
+                        Err(_) => {
+                            outcome = ReadOutcome::Closed;
+                            break;
+                        }
+                    }
+                }
+                if matches!(outcome, ReadOutcome::WouldBlock) && !messages.is_empty() {
+                    outcome = ReadOutcome::Data;
+                }
+                // Pongs and the reply to a Close, queued by reading.
+                if let Err(tungstenite::Error::Io(e)) = ws.flush() {
+                    if e.kind() == ErrorKind::WouldBlock {
+                        self.wake.notify_one();
+                    }
+                }
+                outcome
+            }
+        };
+        if matches!(outcome, ReadOutcome::Closed | ReadOutcome::Oversize) {
+            state.failed = true;
+        }
+        outcome
+    }
+
+    /// Writes what is queued until the socket would block: Ok(true) when all is written.
+    fn flush(&self) -> io::Result<bool> {
+        let mut state = self.state.lock();
+        if state.failed {
+            return Err(ErrorKind::BrokenPipe.into());
+        }
+        let flushed = match &mut state.framing {
+            Framing::Sip(link) => link.flush_out(),
+            Framing::Ws(ws) => match ws.flush() {
+                Ok(()) => Ok(true),
+                Err(tungstenite::Error::Io(e)) if e.kind() == ErrorKind::WouldBlock => Ok(false),
+                Err(e) => Err(io::Error::other(e.to_string())),
+            },
+        };
+        if flushed.is_err() {
+            state.failed = true;
+        }
+        flushed
+    }
+
+    /// Ends the connection from this side: TLS close_notify, WebSocket Close frame (both
+    /// best effort); then nothing more is sent.
+    pub(crate) fn close(&self) {
+        let mut state = self.state.lock();
+        match &mut state.framing {
+            Framing::Sip(link) => link.close(),
+            Framing::Ws(ws) => {
+                let _ = ws.close(None);
+                let _ = ws.flush();
+                ws.get_mut().close();
+            }
+        }
+        state.failed = true;
+    }
+
+    /// The connection's flush task: writes out what senders could not, and what still arrives
+    /// on the queue the connection was registered with (messages sent while it was being set
+    /// up, or by a sender that looked the connection up just before it was set up). Ends when
+    /// writing fails.
+    pub(crate) async fn run(&self, rx: mpsc::Receiver<Bytes>) {
+        let mut rx = Some(rx);
+        loop {
+            loop {
+                match self.flush() {
+                    Ok(true) => break,
+                    Err(_) => return,
+                    Ok(false) => {
+                        if self.socket.writable().await.is_err() {
+                            self.state.lock().failed = true;
+                            return;
+                        }
+                    }
+                }
+            }
+            match &mut rx {
+                Some(queued) => tokio::select! {
+                    _ = self.wake.notified() => {}
+                    message = queued.recv() => match message {
+                        Some(payload) => {
+                            if self.send(payload).is_err() {
+                                return;
+                            }
+                        }
+                        None => rx = None,
+                    },
+                },
+                None => self.wake.notified().await,
+            }
+        }
+    }
+}
+
+/// The last holder of a connection lets the peer know at once (FIN), also when its tasks were
+/// aborted rather than ended, as dropping tokio's write half did before.
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let _ = socket2::SockRef::from(&*self.socket).shutdown(std::net::Shutdown::Write);
+    }
+}
+
+/// SIP is text: a UTF-8 message goes as a text frame (what browsers' SIP stacks expect),
+/// anything else as binary (RFC 7118 §5.1 allows both). Neither copies the bytes.
+pub(crate) fn frame(payload: Bytes) -> Message {
+    match Utf8Bytes::try_from(payload.clone()) {
+        Ok(text) => Message::Text(text),
+        Err(_) => Message::Binary(payload),
+    }
+}
