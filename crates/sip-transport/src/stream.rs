@@ -18,7 +18,7 @@ use crate::SendError;
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::io::{self, ErrorKind, Read, Write};
+use std::io::{self, BufRead, ErrorKind, Read, Write};
 use std::sync::Arc;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Notify};
@@ -51,6 +51,11 @@ impl Read for Socket<'_> {
 impl Write for Socket<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.0.try_write(buf)
+    }
+    /// rustls hands over its records in one vectored write: one system call per flush, not
+    /// one per 16 KiB record.
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        self.0.try_write_vectored(bufs)
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
@@ -116,15 +121,30 @@ impl Link {
 
     /// Reads what arrived into `buf` (plaintext). Ok(0): the peer closed.
     fn read_into(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
-        match self.tls {
-            None => self.socket.try_read_buf(buf),
-            Some(_) => {
-                let start = buf.len();
-                buf.resize(buf.capacity().max(start + 4096), 0);
-                let read = self.read(&mut buf[start..]);
-                buf.truncate(start + *read.as_ref().unwrap_or(&0));
-                read
+        if self.tls.is_none() {
+            if buf.capacity() == buf.len() {
+                buf.reserve(4096);
             }
+            return self.socket.try_read_buf(buf);
+        }
+        let socket = &*self.socket;
+        let Some(tls) = &mut self.tls else { return Err(ErrorKind::NotConnected.into()) };
+        loop {
+            // Copied straight from rustls's plaintext buffer: no zeroed scratch space.
+            let mut reader = tls.reader();
+            match reader.fill_buf() {
+                Ok(chunk) => {
+                    let n = chunk.len();
+                    buf.extend_from_slice(chunk);
+                    reader.consume(n);
+                    // n == 0: a clean close (close_notify).
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                // A close without close_notify, or a failed session.
+                Err(e) => return Err(e),
+            }
+            receive_tls(tls, socket)?;
         }
     }
 
@@ -149,25 +169,26 @@ impl Read for Link {
                 // Plaintext, a clean close (0), or a close without close_notify.
                 other => return other,
             }
-            if tls.read_tls(&mut Socket(socket))? == 0 {
-                // EOF: the reader reports it (cleanly or not) on the next round.
-                tls.process_new_packets().map_err(io::Error::other)?;
-                continue;
-            }
-            tls.process_new_packets().map_err(io::Error::other)?;
-            // Alerts and key updates rustls wants to answer.
-            if tls.wants_write() {
-                while tls.wants_write() {
-                    match tls.write_tls(&mut Socket(socket)) {
-                        Ok(0) => return Err(ErrorKind::WriteZero.into()),
-                        Ok(_) => {}
-                        Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                        Err(e) => return Err(e),
-                    }
-                }
-            }
+            receive_tls(tls, socket)?;
         }
     }
+}
+
+/// Reads TLS records from the socket into the session and decrypts them; writes what the
+/// session wants to answer (alerts, key updates). WouldBlock: nothing more on the socket.
+fn receive_tls(tls: &mut rustls::Connection, socket: &TcpStream) -> io::Result<()> {
+    // 0 (end of stream) is recorded by rustls: its reader reports the close next.
+    tls.read_tls(&mut Socket(socket))?;
+    tls.process_new_packets().map_err(io::Error::other)?;
+    while tls.wants_write() {
+        match tls.write_tls(&mut Socket(socket)) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 impl Write for Link {

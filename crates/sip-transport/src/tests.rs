@@ -551,3 +551,99 @@ async fn tcp_direct_writes_keep_order_under_backpressure_and_bound_the_queue() {
     assert_eq!(&pong, b"pong");
     t.shutdown();
 }
+
+/// Shutting an endpoint down closes its connections, outgoing (written directly) and accepted
+/// alike: the peers read end of stream. Before, a direct writer outlived its aborted reader
+/// and kept the socket open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_closes_outgoing_and_accepted_connections() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let peer_addr = listener.local_addr().unwrap();
+    let (t, _sink) = start(TransportConfig::default()).await;
+    let flow = Flow { transport: Transport::Tcp, listener: 1, connection: 0, remote: peer_addr };
+    t.send(flow, Bytes::from_static(OPTIONS.as_bytes())).unwrap();
+    let (mut outgoing, _) = tokio::time::timeout(Duration::from_secs(5), listener.accept()).await.unwrap().unwrap();
+    let mut buf = vec![0u8; OPTIONS.len()];
+    outgoing.read_exact(&mut buf).await.unwrap();
+    let tcp_addr = t.local_addrs().iter().find(|(p, _)| *p == Protocol::Tcp).unwrap().1;
+    let mut accepted = TcpStream::connect(tcp_addr).await.unwrap();
+    accepted.write_all(OPTIONS.as_bytes()).await.unwrap();
+    wait_for(|| t.open_connections() == 2).await;
+    t.shutdown();
+    for stream in [&mut outgoing, &mut accepted] {
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest)).await;
+        assert!(matches!(read, Ok(Ok(0))), "connection left open after shutdown: {read:?}");
+    }
+}
+
+/// Senders encrypt and frame on their own thread over TLS and WSS too: with a peer that does
+/// not read, what the socket does not take waits in order, up to the write queue's limit, and
+/// beyond it sending fails; once the peer reads, everything accepted arrives whole and in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_and_wss_direct_writes_keep_order_under_backpressure_and_bound_the_queue() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message as WsMessage;
+    let pki = test_pki();
+    let config = || TransportConfig { tls: tls_config(&pki), tcp_write_queue: 64, ..Default::default() };
+    let chunk = 60_000;
+    let payload = |i: u32| {
+        let mut body = vec![b'a' + (i % 26) as u8; chunk];
+        body[..4].copy_from_slice(&i.to_be_bytes());
+        Bytes::from(body)
+    };
+    let check = |i: u32, got: &[u8]| {
+        assert_eq!(got.len(), chunk, "message {i} whole");
+        assert_eq!(u32::from_be_bytes([got[0], got[1], got[2], got[3]]), i, "message order");
+        assert!(got[4..].iter().all(|&b| b == b'a' + (i % 26) as u8), "message {i} intact");
+    };
+    // Sends until refused; returns how many were accepted.
+    let flood = |t: &Transports, flow: Flow| {
+        let (mut sent, mut refused) = (0u32, 0u32);
+        for i in 0..400u32 {
+            match t.send(flow, payload(i)) {
+                Ok(()) if refused == 0 => sent += 1,
+                Ok(()) => panic!("message {i} accepted after the queue was full"),
+                Err(SendError::QueueFull) => refused += 1,
+                Err(e) => panic!("unexpected {e}"),
+            }
+        }
+        assert!(refused > 0, "400 x 60 kB never filled a 64-message queue");
+        sent
+    };
+
+    // TLS.
+    let (t, sink, server) = start_tls(config()).await;
+    let mut client = tls_client(&pki.0, server).await;
+    client.write_all(OPTIONS.as_bytes()).await.unwrap();
+    wait_for(|| sink.messages.lock().len() == 1).await;
+    let sent = flood(&t, sink.messages.lock()[0].1);
+    let mut buf = vec![0u8; chunk];
+    for i in 0..sent {
+        tokio::time::timeout(Duration::from_secs(10), client.read_exact(&mut buf)).await.unwrap().unwrap();
+        check(i, &buf);
+    }
+    t.send(sink.messages.lock()[0].1, Bytes::from_static(b"pong")).unwrap();
+    let mut pong = [0u8; 4];
+    client.read_exact(&mut pong).await.unwrap();
+    assert_eq!(&pong, b"pong");
+    t.shutdown();
+
+    // WSS: one WebSocket message per SIP message.
+    let (t, sink, _, wss_addr) = start_ws(config()).await;
+    let mut request = format!("wss://{wss_addr}/").into_client_request().unwrap();
+    request.headers_mut().insert("sec-websocket-protocol", "sip".parse().unwrap());
+    let (mut client, _) = tokio_tungstenite::client_async(request, tls_client(&pki.0, wss_addr).await).await.unwrap();
+    client.send(WsMessage::text(OPTIONS)).await.unwrap();
+    wait_for(|| sink.messages.lock().len() == 1).await;
+    let sent = flood(&t, sink.messages.lock()[0].1);
+    for i in 0..sent {
+        match tokio::time::timeout(Duration::from_secs(10), client.next()).await.unwrap().unwrap().unwrap() {
+            WsMessage::Text(text) => check(i, text.as_bytes()),
+            WsMessage::Binary(bytes) => check(i, &bytes),
+            other => panic!("expected message {i}, got {other:?}"),
+        }
+    }
+    t.shutdown();
+}

@@ -154,6 +154,7 @@ pub(crate) async fn read_loop(inner: &Inner, shared: &Shared, flow: Flow) -> tcp
     let limits = inner.config.parse_limits();
     let mut unused = BytesMut::new();
     let mut messages = Vec::new();
+    let mut idle = tcp::IdleWatch::new(inner);
     loop {
         let outcome = shared.read(&mut unused, &mut messages);
         for bytes in messages.drain(..) {
@@ -166,9 +167,9 @@ pub(crate) async fn read_loop(inner: &Inner, shared: &Shared, flow: Flow) -> tcp
             }
         }
         match outcome {
-            ReadOutcome::Data => {}
+            ReadOutcome::Data => idle.read(),
             ReadOutcome::WouldBlock => {
-                if let Err(end) = tcp::wait_readable(inner, shared).await {
+                if let Err(end) = idle.readable(inner, shared).await {
                     return end;
                 }
             }
