@@ -6,18 +6,21 @@
 //! an error the caller counts.
 //!
 //! Modules: `udp` (datagrams), `tcp` (every stream transport: accepting, connecting, the
-//! connection table with reuse and limits, the write queue; SIP framing on a byte stream,
-//! generic over `AsyncRead + AsyncWrite`), `tls` (the TLS handshake on top of a TCP socket,
-//! then `tcp`'s framing or, for WSS, `ws`), `ws` (RFC 7118: the upgrade with the `sip`
-//! subprotocol, one SIP message per WebSocket message), `inprocess` (containers of one
-//! process handing message buffers over through an [`InProcessHub`]).
+//! connection table with reuse and limits, serving an established connection; SIP framing on
+//! a byte stream), `stream` (an established connection's state behind one lock — socket, TLS
+//! session, WebSocket framing — written directly by senders, read by the connection's task),
+//! `tls` (the TLS handshake on top of a TCP socket, then `tcp`'s framing or, for WSS, `ws`),
+//! `ws` (RFC 7118: the upgrade with the `sip` subprotocol, one SIP message per WebSocket
+//! message), `inprocess` (containers of one process handing message buffers over through an
+//! [`InProcessHub`]).
 //!
 //! Adding a transport (SCTP, ...) — WS was added this way:
 //! 1. a [`Protocol`] variant, its [`Transport`] mapping and its `ListenSpec` name (`spec.rs`);
 //! 2. a listener: bind it in [`Transports::bind`] and start its accept or read loop; a stream
-//!    transport turns each accepted socket into reader/writer halves and hands them to
-//!    `tcp::run_connection`, as `tls::serve_accepted` does (or frames messages itself, as
-//!    `ws::serve_accepted` does);
+//!    transport does its handshake on the accepted socket, wraps what it needs per connection
+//!    in a `stream::Link` (its non-blocking byte stream: plain, or a TLS session) and a
+//!    `stream::Framing`, and hands them to `tcp::run_established`, as `tls::serve_accepted`
+//!    and `ws::serve_accepted` do;
 //! 3. a connector: route its [`Transport`] in [`Transports::send`] (stream transports go
 //!    through `tcp::send`, which reuses a connection to the same peer and transport, else
 //!    opens one in `tcp::connect`, where the new transport's handshake goes, as TLS's does);
