@@ -485,8 +485,15 @@ class Rig:
                    "-timeout", "%ds" % (dur + 60)]
             out = open(os.path.join(sdir, pre + "sipp.stdout.log"), "wb")
             started = time.monotonic() - t0
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    cwd=sdir, start_new_session=True)
+            try:
+                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                        cwd=sdir, start_new_session=True)
+            except OSError:
+                out.close()
+                for u in uacs:  # leave no caller of a half-started step behind
+                    stop(u["proc"])
+                    u["out"].close()
+                raise
             uacs.append({"proc": proc, "out": out, "rate": r_i, "calls": c_i, "port": port,
                          "prefix": pre, "started_s": started})
         samples = {}
@@ -828,6 +835,8 @@ def main(argv=None):
     ap.add_argument("--name", default=None, help="report base name (default first-benchmark, "
                                                  "or quick-benchmark with --quick)")
     args = ap.parse_args(argv)
+    if args.uac_max_rate < 1 or args.uac_instances < 0:
+        ap.error("--uac-max-rate must be >= 1 and --uac-instances >= 0")
     if args.quick:
         args.duration = min(args.duration, 5)
         args.step = 1000 if args.step == 500 else args.step
