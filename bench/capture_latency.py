@@ -10,6 +10,10 @@ side by side:
 
     python3 bench/capture_latency.py --rate 4000 --scenarios proxy200,kamailio200
 
+The step is find_max_rate.py's: above --uac-max-rate (5,000 calls/s) the rate is split over
+several SIPp callers, each on its own port (calls are matched per Call-ID, so every caller's
+calls count); the number of callers and their CPU share are recorded with the results.
+
 Prints p50/p90/p95/p99/p99.9 in microseconds per scenario and writes them as JSON with --json
 (bench/results/capture-latency.json by default). Needs root (or CAP_NET_RAW) for tcpdump.
 """
@@ -117,7 +121,11 @@ def run(args, scenario):
     shutil.rmtree(work, ignore_errors=True)
     pct = {("p%s" % q).replace(".", "_"): fmr.percentile(lat, q) for q in (50, 90, 95, 99, 99.9)}
     return {"scenario": scenario, "rate": args.rate, "calls": step["calls"], "success_ratio": step["success_ratio"],
-            "calls_measured": len(lat), "setup_us": pct, "sipp_p99_ms": step["p99_ms"], "tcpdump": dropped.strip()}
+            "calls_measured": len(lat), "setup_us": pct, "sipp_p99_ms": step["p99_ms"], "tcpdump": dropped.strip(),
+            "uac_instances": step["uac_instances"], "sipp_uac_cpu_share": step["sipp_uac_cpu_share"],
+            "sipp_uac_cpu_share_per_instance": step["sipp_uac_cpu_share_per_instance"],
+            "setup_rate_achieved": step["setup_rate_achieved"],
+            "generator_reached_rate": step["generator_reached_rate"]}
 
 
 def main(argv=None):
@@ -128,6 +136,8 @@ def main(argv=None):
     ap.add_argument("--duration", type=int, default=10)
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--sipp-buffer", type=int, default=4 * 1024 * 1024)
+    ap.add_argument("--uac-max-rate", type=int, default=5000, help="calls/s per SIPp caller (more: several callers)")
+    ap.add_argument("--uac-instances", type=int, default=0, help="force this many SIPp callers")
     ap.add_argument("--kamailio-shm", type=int, default=2048)
     ap.add_argument("--kamailio-pkg", type=int, default=32)
     ap.add_argument("--kamailio-children", type=int, default=2)
@@ -142,10 +152,12 @@ def main(argv=None):
         r = run(args, scenario)
         results.append(r)
         u = r["setup_us"]
-        print("%-12s %5d calls/s  measured %6d of %6d  p50 %7s  p90 %7s  p95 %7s  p99 %7s  p99.9 %7s µs  %s" % (
-            scenario, r["rate"], r["calls_measured"], r["calls"], *("%.0f" % u[k] if u[k] is not None else "-"
-                                                                    for k in ("p50", "p90", "p95", "p99", "p99_9")),
-            r["tcpdump"]), flush=True)
+        print("%-12s %5d calls/s  measured %6d of %6d  p50 %7s  p90 %7s  p95 %7s  p99 %7s  p99.9 %7s µs  %s"
+              "  (%d SIPp caller%s, CPU %s %%)" % (
+                  scenario, r["rate"], r["calls_measured"], r["calls"],
+                  *("%.0f" % u[k] if u[k] is not None else "-" for k in ("p50", "p90", "p95", "p99", "p99_9")),
+                  r["tcpdump"], r["uac_instances"], "" if r["uac_instances"] == 1 else "s",
+                  "+".join(fmr.pct(x) for x in r["sipp_uac_cpu_share_per_instance"])), flush=True)
     out = {"machine": fmr.machine(), "git_rev": fmr.git_rev(), "method": __doc__.split("\n\n")[1].replace("\n", " "),
            "results": results}
     with open(args.json, "w") as f:

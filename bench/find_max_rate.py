@@ -17,15 +17,29 @@ the session setup delay, INVITE sent -> 200 OK received, logged per call with
 -trace_rtt (millisecond resolution).
 
 Load: the offered rate starts at --start (500 calls/s) and grows by --step
-(500) every step of --duration seconds (20); each step is a fresh sipp uac
-placing rate x duration calls. The run stops after a step with < 95 %
-successful calls, after the second step that misses the latency criterion,
-when the load generator cannot reach the offered rate, or at --max-rate.
+(500) every step of --duration seconds (20); each step is fresh sipp uac
+processes placing rate x duration calls. One sipp uac tops out near 6,000
+calls/s on the 2-core machine, so a step's rate is split over
+ceil(rate / --uac-max-rate) instances (5,000 calls/s each by default; or
+--uac-instances N), each with its own local port and its own files in the
+step directory (uacN-stat.csv, uacN-errors.log, ..., and sipp's
+uac_rtd_<pid>_rtt.csv; a single instance keeps stat.csv, errors.log, ...).
+Calls, failures and retransmissions are summed over the instances and the
+setup delay percentiles are computed over all their per-call RTT traces.
+The run stops after a step with < 95 % successful calls, after the second
+step that misses the latency criterion, when the load generator cannot reach
+the offered rate, or at --max-rate.
 
 Per step: successful/total calls, setup delay p50/p95/p99, share of calls set
 up within 25 ms and 50 ms, tandem CPU time per call (utime+stime from
 /proc/PID/stat over the steady part of the step divided by the calls set up in
-that window), tandem RSS, and the sipp uac's own CPU share.
+that window), tandem RSS, and the load generator's own limit: the number of
+sipp uac instances, their CPU share (summed in sipp_uac_cpu_share, per
+instance in sipp_uac_cpu_share_per_instance and uac[]), the calls set up per
+second (setup_rate_achieved), whether that reached the offered rate
+(generator_reached_rate: >= 90 %) and, if not while an instance had a whole
+core, generator_limited; per instance uac[].cps_per_cpu_second estimates what
+one instance could place on a core of its own.
 
   maximum throughput    = highest offered rate with >= 95 % successful calls
   latency-criterion rate = highest such rate where >= 95 % of calls are set up
@@ -247,9 +261,15 @@ def hms_ms(v):
 
 
 def read_rtt(step_dir):
-    """[(t_ms since sipp start, response_time_ms)] for rtd 1."""
+    """[(t_ms since sipp start, response_time_ms)] for rtd 1, over every sipp uac instance
+    of the step (each writes its own <scenario>_<pid>_rtt.csv)."""
+    return read_rtt_files(glob.glob(os.path.join(step_dir, "*_rtt.csv")))
+
+
+def read_rtt_files(paths):
+    """[(t_ms since that sipp's start, response_time_ms)] for rtd 1 from the given files."""
     out = []
-    for path in glob.glob(os.path.join(step_dir, "*_rtt.csv")):
+    for path in paths:
         with open(path) as f:
             for line in f:
                 parts = line.strip().split(";")
@@ -261,6 +281,27 @@ def read_rtt(step_dir):
                     continue
     out.sort()
     return out
+
+
+def uac_split(rate, max_per_instance, forced=0):
+    """Calls/s per sipp uac instance for an offered `rate`: `forced` instances if > 0, else
+    as few as keep each at or under `max_per_instance`; the rate is split into integers that
+    differ by at most 1 (e.g. 400 over 3 -> [134, 133, 133])."""
+    rate = int(rate)
+    n = forced if forced and forced > 0 else max(1, math.ceil(rate / max(1, max_per_instance)))
+    n = max(1, min(n, rate)) if rate > 0 else 1
+    base, extra = divmod(rate, n)
+    return [base + (1 if i < extra else 0) for i in range(n)]
+
+
+def rtt_freq(calls, most=200):
+    """-rtt_freq for a sipp placing `calls` calls: sipp writes its rtt trace in batches of
+    that many and drops a last partial batch at exit, so use the largest divisor of `calls`
+    up to `most` (200 for the usual multiples of 200; 134 for 670 calls)."""
+    for f in range(min(most, max(1, calls)), 0, -1):
+        if calls % f == 0:
+            return f
+    return 1
 
 
 def percentile(sorted_vals, q):
@@ -412,70 +453,134 @@ class Rig:
     def step(self, rate):
         a = self.args
         dur = a.duration
-        calls = int(rate * dur)
+        rates = uac_split(rate, getattr(a, "uac_max_rate", 5000), getattr(a, "uac_instances", 0))
+        n_inst = len(rates)
+        calls_each = [int(r * dur) for r in rates]
+        calls = sum(calls_each)
         sdir = os.path.join(self.dir, "rate-%05d" % rate)
         os.makedirs(sdir, exist_ok=True)
-        cmd = ["sipp", "-sf", SCENARIO, "127.0.0.1:%d" % self.port, "-t", self.mode,
-               "-i", "127.0.0.1", "-p", str(free_port()),
-               "-r", str(rate), "-m", str(calls), "-l", str(max(1000, rate * 10)),
-               "-nostdin", "-buff_size", str(a.sipp_buffer), "-trace_rtt", "-rtt_freq", "200",
-               "-trace_stat", "-stf", os.path.join(sdir, "stat.csv"), "-fd", "1",
-               "-trace_err", "-error_file", os.path.join(sdir, "errors.log"),
-               "-trace_screen", "-screen_file", os.path.join(sdir, "screen.log"),
-               "-timeout", "%ds" % (dur + 60)]
         pid = self.tandem.pid
         warm = min(2.0, dur * 0.2)
         end = max(warm + 0.5, dur - 0.5)
         drops0 = udp_drops_by_pid()
         rcvbuf0 = udp_rcvbuf_errors()
-        out = open(os.path.join(sdir, "sipp.stdout.log"), "wb")
+        # One sipp uac per share of the offered rate, each with its own local port and its
+        # own files (a single instance keeps the historical names stat.csv, errors.log, ...;
+        # several use uacN-stat.csv, ...; the -trace_rtt file is named by sipp after its pid).
+        ports, uacs = set(), []
         t0 = time.monotonic()
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                cwd=sdir, start_new_session=True)
+        for i, (r_i, c_i) in enumerate(zip(rates, calls_each)):
+            port = free_port()
+            while port in ports or port in (self.port, self.admin):
+                port = free_port()
+            ports.add(port)
+            pre = "" if n_inst == 1 else "uac%d-" % (i + 1)
+            cmd = ["sipp", "-sf", SCENARIO, "127.0.0.1:%d" % self.port, "-t", self.mode,
+                   "-i", "127.0.0.1", "-p", str(port),
+                   "-r", str(r_i), "-m", str(c_i), "-l", str(max(1000, r_i * 10)),
+                   "-nostdin", "-buff_size", str(a.sipp_buffer), "-trace_rtt", "-rtt_freq", str(rtt_freq(c_i)),
+                   "-trace_stat", "-stf", os.path.join(sdir, pre + "stat.csv"), "-fd", "1",
+                   "-trace_err", "-error_file", os.path.join(sdir, pre + "errors.log"),
+                   "-trace_screen", "-screen_file", os.path.join(sdir, pre + "screen.log"),
+                   "-timeout", "%ds" % (dur + 60)]
+            out = open(os.path.join(sdir, pre + "sipp.stdout.log"), "wb")
+            started = time.monotonic() - t0
+            try:
+                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                        cwd=sdir, start_new_session=True)
+            except OSError:
+                out.close()
+                for u in uacs:  # leave no caller of a half-started step behind
+                    stop(u["proc"])
+                    u["out"].close()
+                raise
+            uacs.append({"proc": proc, "out": out, "rate": r_i, "calls": c_i, "port": port,
+                         "prefix": pre, "started_s": started})
         samples = {}
         for label, at in (("warm", warm), ("end", end)):
             delay = t0 + at - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            samples[label] = (time.monotonic() - t0, session_cpu_seconds(pid), cpu_seconds(proc.pid),
+            samples[label] = (time.monotonic() - t0, session_cpu_seconds(pid),
+                              [cpu_seconds(u["proc"].pid) for u in uacs],
                               cpu_seconds(self.uas.pid) if self.uas else 0.0, machine_busy_seconds())
         rss = rss_kib(pid) if self.scenario != "kamailio200" else session_rss_kib(pid)
         drops1 = udp_drops_by_pid()
-        try:
-            rc = proc.wait(timeout=dur + 90)
-        except subprocess.TimeoutExpired:
-            rc = stop(proc)
-        out.close()
-        stats = read_stats(os.path.join(sdir, "stat.csv"))
-        rtt = read_rtt(sdir)
-        lat = sorted(v for _, v in rtt)
+        deadline = t0 + dur + 90
+        for u in uacs:
+            try:
+                u["exit"] = u["proc"].wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                u["exit"] = stop(u["proc"])
+            u["out"].close()
         w0, w1 = samples["warm"][0] * 1000, samples["end"][0] * 1000
+        wsec = max(1e-3, (w1 - w0) / 1000)
+        rtt = []
+        for i, u in enumerate(uacs):
+            u["stats"] = read_stats(os.path.join(sdir, u["prefix"] + "stat.csv"))
+            # sipp's rtt times count from its own start: shift them onto this step's clock
+            own = [(t + u["started_s"] * 1000, v) for t, v in
+                   read_rtt_files(glob.glob(os.path.join(sdir, "*_%d_rtt.csv" % u["proc"].pid)))]
+            u["rtt"] = own
+            rtt.extend(own)
+            c0, c1 = samples["warm"][2][i], samples["end"][2][i]
+            u["cpu_share"] = (c1 - c0) / wsec if None not in (c0, c1) else None
+        rtt.sort()
+        lat = sorted(v for _, v in rtt)
         in_window = sum(1 for t, _ in rtt if w0 <= t <= w1)
         cpu = None
         if samples["warm"][1] is not None and samples["end"][1] is not None and in_window:
             cpu = (samples["end"][1] - samples["warm"][1]) * 1e6 / in_window
-        sipp_cpu = None
-        if samples["warm"][2] is not None and samples["end"][2] is not None:
-            sipp_cpu = (samples["end"][2] - samples["warm"][2]) / max(1e-3, (w1 - w0) / 1000)
+        shares = [u["cpu_share"] for u in uacs]
+        sipp_cpu = sum(s for s in shares if s is not None) if any(s is not None for s in shares) else None
         rcvbuf1 = udp_rcvbuf_errors()
         uas_pid = self.uas.pid if self.uas else None
         drops = {
             "tandem": drops1.get(pid, 0) - drops0.get(pid, 0) if drops1 else None,
-            "sipp_uac": drops1.get(proc.pid) if drops1 else None,
+            "sipp_uac": sum(drops1.get(u["proc"].pid, 0) for u in uacs) if drops1 else None,
             "sipp_uas": (drops1.get(uas_pid, 0) - drops0.get(uas_pid, 0)) if (drops1 and uas_pid) else None,
             "machine_rcvbuf_errors": (rcvbuf1 - rcvbuf0) if None not in (rcvbuf0, rcvbuf1) else None,
         }
-        other = None
-        wsec = max(1e-3, (w1 - w0) / 1000)
-        if all(x is not None for x in samples["warm"] + samples["end"]):
-            spent = sum(samples["end"][i] - samples["warm"][i] for i in (1, 2, 3))
-            other = max(0.0, (samples["end"][4] - samples["warm"][4]) - spent) / wsec
+        other = machine_share = None
+        sw, se = samples["warm"], samples["end"]
+        if None not in (sw[1], se[1], sw[3], se[3]) and None not in sw[2] + se[2]:
+            spent = (se[1] - sw[1]) + sum(se[2]) - sum(sw[2]) + (se[3] - sw[3])
+            other = max(0.0, (se[4] - sw[4]) - spent) / wsec
+        machine_share = (se[4] - sw[4]) / wsec / (os.cpu_count() or 1)
         tandem_share = None
         if samples["warm"][1] is not None and samples["end"][1] is not None:
             tandem_share = (samples["end"][1] - samples["warm"][1]) / wsec
-        ok = ival(stats, "SuccessfulCall(C)") or 0
-        failed = ival(stats, "FailedCall(C)") or 0
-        created = ival(stats, "TotalCallCreated") or 0
+        per_uac = []
+        for u in uacs:
+            st, own = u["stats"], u["rtt"]
+            ach = None
+            if len(own) > 1 and own[-1][0] > own[0][0]:
+                ach = (len(own) - 1) / ((own[-1][0] - own[0][0]) / 1000)
+            per_uac.append({
+                "rate": u["rate"], "calls": u["calls"], "local_port": u["port"], "files": u["prefix"] + "*",
+                "pid": u["proc"].pid, "sipp_exit": u["exit"],
+                "created": ival(st, "TotalCallCreated") or 0,
+                "successful": ival(st, "SuccessfulCall(C)") or 0, "failed": ival(st, "FailedCall(C)") or 0,
+                "retransmissions": ival(st, "Retransmissions(C)"),
+                "setup_samples": len(own), "mean_ms": hms_ms(st.get("ResponseTime1(C)")),
+                "setup_rate_achieved": ach, "cpu_share": u["cpu_share"],
+                # calls set up per CPU-second of this sipp: what one instance could reach on a
+                # core of its own (an extrapolation; sipp's main loop is single-threaded)
+                "cps_per_cpu_second": (ach / u["cpu_share"]) if ach and u["cpu_share"] else None,
+                "udp_drops": drops1.get(u["proc"].pid) if drops1 else None,
+            })
+        ok = sum(u["successful"] for u in per_uac)
+        failed = sum(u["failed"] for u in per_uac)
+        created = sum(u["created"] for u in per_uac)
+        retrans = [u["retransmissions"] for u in per_uac]
+        retrans = None if all(x is None for x in retrans) else sum(x or 0 for x in retrans)
+        # sipp's own mean setup delay (sub-millisecond), weighted by each instance's setups
+        means = [(u["mean_ms"], u["setup_samples"]) for u in per_uac if u["mean_ms"] is not None]
+        weight = sum(k for _, k in means)
+        mean_ms = None
+        if means:
+            mean_ms = (sum(m * k for m, k in means) / weight) if weight else sum(m for m, _ in means) / len(means)
+        exits = [u["sipp_exit"] for u in per_uac]
         achieved = None
         if len(rtt) > 1 and rtt[-1][0] > rtt[0][0]:
             achieved = (len(rtt) - 1) / ((rtt[-1][0] - rtt[0][0]) / 1000)
@@ -483,10 +588,10 @@ class Rig:
         r = {
             "rate": rate, "calls": calls, "created": created, "successful": ok, "failed": failed,
             "success_ratio": ok / calls if calls else 0.0,
-            "sipp_exit": rc,
-            "retransmissions": ival(stats, "Retransmissions(C)"),
+            "sipp_exit": next((e for e in exits if e != 0), 0),
+            "retransmissions": retrans,
             "setup_samples": n,
-            "mean_ms": hms_ms(stats.get("ResponseTime1(C)")),
+            "mean_ms": mean_ms,
             "p50_ms": percentile(lat, 50), "p95_ms": percentile(lat, 95),
             "p99_ms": percentile(lat, 99), "max_ms": lat[-1] if lat else None,
             "share_le_25ms": sum(1 for v in lat if v <= LAT25_MS) / n if n else 0.0,
@@ -499,14 +604,24 @@ class Rig:
             "sipp_uac_cpu_share": sipp_cpu,
             "tandem_cpu_share": tandem_share,
             "other_cpu_share": other,
+            "machine_cpu_share": machine_share,
             "udp_drops": drops,
+            # the load generator: how many sipp uac instances, their CPU, their own rates
+            "uac_instances": n_inst,
+            "uac_rates": rates,
+            "sipp_uac_cpu_share_per_instance": shares,
+            "uac": per_uac,
         }
         # The latency criterion is judged on the calls that were set up,
         # and only matters if the step also met the success threshold.
         r["success_ok"] = r["success_ratio"] >= SUCCESS_MIN
         r["latency_ok"] = bool(n) and r["share_le_50ms"] >= LAT50_SHARE and r["share_le_25ms"] >= LAT25_SHARE
+        # Did the generator place the offered load? Calls set up per second (all instances,
+        # first to last setup) within 10 % of the offered rate. If not, and one instance had a
+        # whole core, the generator (not the server) is the limit.
+        r["generator_reached_rate"] = bool(achieved is not None and achieved >= 0.9 * rate)
         r["generator_limited"] = bool(achieved is not None and achieved < 0.9 * rate
-                                      and (sipp_cpu or 0) > 0.9)
+                                      and max((s or 0) for s in shares) > 0.9)
         return r
 
 
@@ -535,8 +650,9 @@ def run_scenario(args, scenario, raw_dir):
                     stop_reason = "latency criterion missed twice (last at %d cps)" % rate
                     break
             if r["generator_limited"]:
-                stop_reason = ("load generator limited: sipp reached %.0f of %d cps at %.0f %% CPU"
-                               % (r["setup_rate_achieved"], rate, 100 * (r["sipp_uac_cpu_share"] or 0)))
+                stop_reason = ("load generator limited: %d sipp uac reached %.0f of %d cps at %s %% CPU"
+                               % (r["uac_instances"], r["setup_rate_achieved"], rate,
+                                  "+".join(pct(x) for x in r["sipp_uac_cpu_share_per_instance"])))
                 break
             if rate + args.step > args.max_rate or (args.max_steps and len(steps) >= args.max_steps):
                 stop_reason = "reached the configured limit (%d cps, %d steps)" % (rate, len(steps))
@@ -564,9 +680,9 @@ def run_scenario(args, scenario, raw_dir):
 # output
 # --------------------------------------------------------------------------
 
-HEAD = ("%-9s %6s %7s %8s %7s %7s %7s %6s %6s %9s %8s %7s %7s %7s"
+HEAD = ("%-9s %6s %7s %8s %7s %7s %7s %6s %6s %9s %8s %7s %4s %7s %7s %7s"
         % ("scenario", "rate", "calls", "success", "p50ms", "p95ms", "p99ms", "<=25", "<=50",
-           "cpu_us/c", "rss_MiB", "tandem%", "sipp%", "other%"))
+           "cpu_us/c", "rss_MiB", "tandem%", "uacs", "sipp%", "other%", "setup/s"))
 
 
 def fmt(v, f="%.0f"):
@@ -574,17 +690,33 @@ def fmt(v, f="%.0f"):
 
 
 def print_row(scenario, r):
-    print("%-9s %6d %7d %7.1f%% %7s %7s %7s %5.0f%% %5.0f%% %9s %8s %6s%% %6s%% %6s%%" % (
+    print("%-9s %6d %7d %7.1f%% %7s %7s %7s %5.0f%% %5.0f%% %9s %8s %6s%% %4d %6s%% %6s%% %7s%s" % (
         scenario, r["rate"], r["calls"], 100 * r["success_ratio"], fmt(r["p50_ms"]),
         fmt(r["p95_ms"]), fmt(r["p99_ms"]), 100 * r["share_le_25ms"], 100 * r["share_le_50ms"],
         fmt(r["cpu_us_per_call"], "%.1f"),
         fmt(r["tandem_rss_kib"] / 1024 if r["tandem_rss_kib"] else None, "%.1f"),
-        pct(r.get("tandem_cpu_share")), pct(r["sipp_uac_cpu_share"]), pct(r.get("other_cpu_share"))),
+        pct(r.get("tandem_cpu_share")), r.get("uac_instances", 1), pct(r["sipp_uac_cpu_share"]),
+        pct(r.get("other_cpu_share")), fmt(r.get("setup_rate_achieved")),
+        "" if r.get("uac_instances", 1) == 1 else
+        "  (sipp uac CPU %s %%)" % "+".join(pct(x) for x in r["sipp_uac_cpu_share_per_instance"])),
         flush=True)
 
 
 def pct(share):
     return "-" if share is None else "%.0f" % (100 * share)
+
+
+def generator_cell(r):
+    """The load generator's own figures for a step: setups/s reached (and whether that is
+    the offered rate), each sipp uac's CPU share and its setups per CPU-second."""
+    if "uac" not in r:
+        return "-"
+    per = ", ".join("%s %%" % pct(u["cpu_share"]) for u in r["uac"])
+    cap = ", ".join(fmt(u.get("cps_per_cpu_second")) for u in r["uac"])
+    return "%s/s (%s); %s; %s" % (fmt(r.get("setup_rate_achieved")),
+                                  "reached" if r.get("generator_reached_rate") else
+                                  ("**generator-limited**" if r.get("generator_limited") else "not reached"),
+                                  per, cap)
 
 
 def markdown(report):
@@ -614,9 +746,16 @@ def markdown(report):
              "of the machine). Stop: < 95 %% successful calls, second miss of the latency criterion, "
              "load generator saturated, or the configured limit. sipp runs with `-buff_size %d`; "
              "'UDP drops' counts datagrams dropped because a socket's receive buffer was full "
-             "(ss skmem), for tandem and for the sipp processes."
+             "(ss skmem), for tandem and for the sipp processes. Load generator: the offered rate of a "
+             "step is split over sipp uac instances (%s; own local port and trace files each; calls, "
+             "retransmissions and setup delays merged over them; 'sipp uac CPU' is their sum, "
+             "the last column gives per instance the CPU share and the calls set up per CPU-second of "
+             "that instance, an estimate of one instance's own limit on a free core); 'reached' = "
+             "calls set up per second (first to last setup) >= 90 %% of the offered rate."
              % (p["transport"].upper(), p["start"], p["step"], p["duration"], p["duration"],
-                p.get("sipp_buffer", 0)), "",
+                p.get("sipp_buffer", 0),
+                ("%d per step" % p["uac_instances"]) if p.get("uac_instances") else
+                "as many as keep each at or under %s calls/s" % p.get("uac_max_rate", 5000)), "",
              "- **maximum throughput**: highest offered rate with >= 95 % successful calls",
              "- **latency-criterion rate**: highest such rate with >= 95 % of calls set up within "
              "50 ms and >= 50 % within 25 ms (the SIPstone Proxy 200 criterion)", ""]
@@ -635,22 +774,24 @@ def markdown(report):
                   "",
                   "| offered cps | calls | successful | p50 ms | p95 ms | p99 ms | <= 25 ms "
                   "| <= 50 ms | cpu µs/call | tandem RSS MiB | tandem CPU | sipp uac CPU | other CPU "
-                  "| retrans | UDP drops tandem / sipp |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| retrans | UDP drops tandem / sipp | sipp uacs | generator: setups/s, CPU per uac, "
+                  "setups per uac CPU-second |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in s["steps"]:
             d = r.get("udp_drops") or {}
             sipp_drops = None
             if d.get("sipp_uac") is not None:
                 sipp_drops = d["sipp_uac"] + (d.get("sipp_uas") or 0)
             lines.append("| %d | %d | %.2f %% | %s | %s | %s | %.1f %% | %.1f %% | %s | %s | %s %% | %s %% "
-                         "| %s %% | %s | %s / %s |" % (
+                         "| %s %% | %s | %s / %s | %s | %s |" % (
                 r["rate"], r["calls"], 100 * r["success_ratio"], fmt(r["p50_ms"]), fmt(r["p95_ms"]),
                 fmt(r["p99_ms"]), 100 * r["share_le_25ms"], 100 * r["share_le_50ms"],
                 fmt(r["cpu_us_per_call"], "%.1f"),
                 fmt(r["tandem_rss_kib"] / 1024 if r["tandem_rss_kib"] else None, "%.1f"),
                 pct(r.get("tandem_cpu_share")), pct(r["sipp_uac_cpu_share"]),
                 pct(r.get("other_cpu_share")), fmt(r["retransmissions"], "%d"),
-                fmt(d.get("tandem"), "%d"), fmt(sipp_drops, "%d")))
+                fmt(d.get("tandem"), "%d"), fmt(sipp_drops, "%d"), r.get("uac_instances", 1),
+                generator_cell(r)))
         if s.get("error"):
             lines += ["", "Error: %s" % s["error"]]
         lines += ["", "tandem exit code after SIGTERM: %s" % s.get("tandem_exit_code")]
@@ -683,12 +824,19 @@ def main(argv=None):
     ap.add_argument("--sipp-buffer", type=int, default=4 * 1024 * 1024,
                     help="sipp -buff_size (socket send/receive buffers, bytes); sipp's own default "
                          "(128 KiB) overflows near 6,000 cps and makes the load generator the bottleneck")
+    ap.add_argument("--uac-max-rate", type=int, default=5000,
+                    help="calls/s per sipp uac instance: a step offering more is split over "
+                         "ceil(rate / this) instances (one sipp uac tops out near 6,000 cps here)")
+    ap.add_argument("--uac-instances", type=int, default=0,
+                    help="force this many sipp uac instances per step (0 = from --uac-max-rate)")
     ap.add_argument("--quick", action="store_true",
                     help="short run: 5 s steps, +1000 cps, at most 3 steps per scenario")
     ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
     ap.add_argument("--name", default=None, help="report base name (default first-benchmark, "
                                                  "or quick-benchmark with --quick)")
     args = ap.parse_args(argv)
+    if args.uac_max_rate < 1 or args.uac_instances < 0:
+        ap.error("--uac-max-rate must be >= 1 and --uac-instances >= 0")
     if args.quick:
         args.duration = min(args.duration, 5)
         args.step = 1000 if args.step == 500 else args.step
@@ -711,6 +859,7 @@ def main(argv=None):
                        "duration": args.duration, "max_rate": args.max_rate,
                        "max_steps": args.max_steps, "quick": args.quick, "set": args.set,
                        "sipp_buffer": args.sipp_buffer,
+                       "uac_max_rate": args.uac_max_rate, "uac_instances": args.uac_instances,
                        "success_min": SUCCESS_MIN,
                        "latency_criterion": "%d%% <= %d ms and %d%% <= %d ms"
                                             % (LAT50_SHARE * 100, LAT50_MS, LAT25_SHARE * 100, LAT25_MS)},

@@ -11,7 +11,10 @@ per established call.
 Writes bench/results/suite.json (per scenario and transport: maximum throughput, latency-
 criterion rate, p50/p95/p99 at 80 % of it, cpu_us_per_call per rate; Kamailio's Proxy 200
 figures under "kamailio"; the Tandem/Kamailio CPU ratio per rate; rss_bytes_per_call),
-bench/results/suite.md and PNG plots (matplotlib) next to them.
+bench/results/suite.md and PNG plots (matplotlib) next to them. The load generator's own limit
+is reported per step (SIPp callers used, their CPU, calls set up per second, whether that reached
+the offered rate) and summed up in suite.md's "Load generator" table; a step faster than
+--uac-max-rate (5,000 calls/s) is split over several SIPp callers by find_max_rate.py.
 
     python3 bench/suite.py                 # full: 10 s steps, +1000 calls/s
     python3 bench/suite.py --quick         # short smoke run (numbers not meaningful)
@@ -39,6 +42,9 @@ def run_fmr(args, scenario, transport, name, start, step, max_steps, extra=()):
            "--max-rate", str(args.max_rate), "--pause", str(args.pause), "--out-dir", args.work_dir, "--name", name]
     if max_steps:
         cmd += ["--max-steps", str(max_steps)]
+    cmd += ["--uac-max-rate", str(args.uac_max_rate)]
+    if args.uac_instances:
+        cmd += ["--uac-instances", str(args.uac_instances)]
     cmd += list(extra)
     print("\n$ " + " ".join(os.path.relpath(c, REPO) if c.startswith(REPO) else c for c in cmd), flush=True)
     subprocess.run(cmd, check=False)
@@ -65,14 +71,19 @@ def summarize(result, at80):
         "cpu_us_per_call": {str(s["rate"]): s["cpu_us_per_call"] for s in steps},
         "steps": [{k: s.get(k) for k in ("rate", "success_ratio", "p50_ms", "p95_ms", "p99_ms", "share_le_25ms",
                                          "share_le_50ms", "cpu_us_per_call", "tandem_rss_kib", "retransmissions",
-                                         "setup_rate_achieved", "sipp_uac_cpu_share", "generator_limited")}
+                                         "setup_rate_achieved", "sipp_uac_cpu_share", "generator_limited",
+                                         "generator_reached_rate", "uac_instances", "uac_rates",
+                                         "sipp_uac_cpu_share_per_instance", "machine_cpu_share")}
                   for s in steps],
     }
     if at80:
         s = at80["step"]
         out["at_80pct"] = {"rate": s["rate"], "success_ratio": s["success_ratio"], "p50_ms": s["p50_ms"],
                            "p95_ms": s["p95_ms"], "p99_ms": s["p99_ms"], "cpu_us_per_call": s["cpu_us_per_call"],
-                           "retransmissions_per_call": (s["retransmissions"] or 0) / max(1, s["calls"])}
+                           "retransmissions_per_call": (s["retransmissions"] or 0) / max(1, s["calls"]),
+                           "uac_instances": s.get("uac_instances", 1),
+                           "sipp_uac_cpu_share": s.get("sipp_uac_cpu_share"),
+                           "generator_reached_rate": s.get("generator_reached_rate")}
     return out
 
 
@@ -87,6 +98,9 @@ def main(argv=None):
     ap.add_argument("--pause", type=float, default=2.0)
     ap.add_argument("--max-rate", type=int, default=14000)
     ap.add_argument("--memory-calls", type=int, default=100_000)
+    ap.add_argument("--uac-max-rate", type=int, default=5000,
+                    help="calls/s per SIPp caller: find_max_rate.py splits faster steps over several")
+    ap.add_argument("--uac-instances", type=int, default=0, help="force this many SIPp callers per step")
     ap.add_argument("--quick", action="store_true", help="5 s steps, at most 2 steps, 5,000 calls in the memory run")
     ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -105,6 +119,7 @@ def main(argv=None):
     suite = {"started": datetime.datetime.now().isoformat(timespec="seconds"), "git_rev": fmr.git_rev(),
              "machine": fmr.machine(), "quick": args.quick,
              "parameters": {"start": args.start, "step": args.step, "duration_s": args.duration, "max_rate": args.max_rate,
+                            "uac_max_rate": args.uac_max_rate, "uac_instances": args.uac_instances,
                             "success_min": fmr.SUCCESS_MIN,
                             "latency_criterion": "95 % of calls set up within 50 ms and 50 % within 25 ms"},
              "scenarios": {}, "kamailio": {}, "histograms": {}}
@@ -196,6 +211,35 @@ def fmt(v, f="%.0f"):
     return "–" if v is None else f % v
 
 
+def generator_lines(suite, rows):
+    """The load generator's own limit per scenario and transport: SIPp callers and their CPU at
+    the highest step, and the steps where they did not place the offered rate."""
+    p = suite["parameters"]
+    out = ["", "## Load generator", "",
+           "Each step's rate is split over SIPp callers (%s). At the highest step: callers, their CPU "
+           "(share of one core each), calls set up per second; then the steps whose setups stayed under "
+           "90 %% of the offered rate (* = a caller had a whole core: generator-limited)." % (
+               ("%d per step" % p["uac_instances"]) if p.get("uac_instances") else
+               ("at most %s calls/s each" % p["uac_max_rate"]) if p.get("uac_max_rate") else
+               "one per step in this run: it predates the split"), "",
+           "| scenario | transport | highest step | callers | caller CPU | set up /s | offered rate not reached at |",
+           "|---|---|---|---|---|---|---|"]
+    for sc, tr, v in rows:
+        steps = v.get("steps") or []
+        if not steps:
+            continue
+        top = steps[-1]
+        per = top.get("sipp_uac_cpu_share_per_instance") or [top.get("sipp_uac_cpu_share")]
+        missed = ["%d%s" % (s["rate"], "*" if s.get("generator_limited") else "") for s in steps
+                  if s.get("generator_limited") or not s.get(
+                      "generator_reached_rate", (s.get("setup_rate_achieved") or 0) >= 0.9 * s["rate"])]
+        out.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+            sc, tr, top["rate"], top.get("uac_instances", 1),
+            " + ".join(fmt(100 * x if x is not None else None, "%.0f %%") for x in per),
+            fmt(top.get("setup_rate_achieved")), ", ".join(missed) or "–"))
+    return out
+
+
 def markdown(suite, plots):
     m = suite["machine"]
     lines = ["# Telecom service benchmark suite", "",
@@ -228,6 +272,7 @@ def markdown(suite, plots):
             sc, tr, fmt(v["max_throughput_cps"]), fmt(v["latency_criterion_cps"]), fmt(a.get("rate")),
             fmt(100 * a["success_ratio"], "%.2f %%") if a else "–", fmt(a.get("p50_ms")), fmt(a.get("p95_ms")),
             fmt(a.get("p99_ms")), fmt(a.get("cpu_us_per_call"), "%.1f"), v.get("stop_reason") or ""))
+    lines += generator_lines(suite, rows)
     lines += ["", "## Proxy 200: Tandem vs Kamailio (same run, same rates)", ""]
     for tr, cmp_ in suite.get("proxy200_vs_kamailio", {}).items():
         lines += ["**%s**: latency-criterion rate Tandem %s vs Kamailio %s calls/s." % (
