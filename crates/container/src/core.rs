@@ -14,8 +14,9 @@ use crate::session::{LegRole, SessionState};
 use crate::store::SessionStore;
 use crate::timers::TimerQueue;
 use bytes::Bytes;
+use griddle::HashMap;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 
 type FastState = foldhash::fast::RandomState;
 use std::sync::Arc;

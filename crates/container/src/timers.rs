@@ -2,8 +2,9 @@
 
 use crate::ids::{AppSessionId, TimerId};
 use crate::service::ServiceId;
+use griddle::HashMap;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Copy)]

@@ -36,8 +36,9 @@ mod tests;
 mod timer;
 
 use bytes::Bytes;
+use griddle::HashMap;
 use slab::Slab;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tandem_sip::{Flow, HeaderName, Message, MessageWriter, Method, ParseLimits};
