@@ -1,14 +1,30 @@
 //! A contract prepared for evaluation: transitions indexed by source state, roles' state
-//! access and single-assignment attributes.
+//! access and single-assignment attributes, and every guard, `let`, handle and move compiled
+//! into a [`Program`] whose names are resolved once: attribute names to slots (indices into
+//! [`Compiled::slots`]), `let` variables to indices, names and strings to values.
 
-use tandem_contract::ast::{self, AttrType, StateKind};
+use crate::eval::Value;
+use smol_str::SmolStr;
+use tandem_contract::ast::{self, AttrType, CmpOp, Expr, Nav, NavRoot, StateKind};
+
+/// The slot of the built-in `role` attribute (stored as `@role`).
+pub(crate) const ROLE_SLOT: u16 = 0;
+/// The slot of the execution state (stored as `@state` on the state holder).
+pub(crate) const STATE_SLOT: u16 = 1;
 
 pub struct Compiled {
     pub machine: ast::Machine,
     pub initial: String,
+    /// `initial`, as a value.
+    pub(crate) initial_text: SmolStr,
     pub finals: Names<()>,
     by_state: Names<Vec<usize>>,
     roles: Names<RoleInfo>,
+    /// The stored names of the attributes evaluation can read, by slot: `@role`, `@state`, then
+    /// every attribute a role declares or a navigation names.
+    pub(crate) slots: Vec<String>,
+    /// One per transition, in the machine's order.
+    programs: Vec<Program>,
 }
 
 /// A contract's few names (states, roles, attributes) and what they map to. Looked up several
@@ -24,8 +40,12 @@ impl<V> Names<V> {
         self.get(name).is_some()
     }
 
+    fn position(&self, name: &str) -> Option<usize> {
+        self.0.iter().position(|(n, _)| n == name)
+    }
+
     fn entry_or_insert_with(&mut self, name: &str, make: impl FnOnce() -> V) -> &mut V {
-        let at = match self.0.iter().position(|(n, _)| n == name) {
+        let at = match self.position(name) {
             Some(at) => at,
             None => {
                 self.0.push((name.to_string(), make()));
@@ -52,14 +72,140 @@ impl<V> FromIterator<(String, V)> for Names<V> {
 pub struct RoleInfo {
     pub holds_state: bool,
     pub state_via: Option<String>,
-    /// Single-assignment attributes (`once`).
-    pub once: Names<()>,
+    /// The slot of `state_via`.
+    pub(crate) state_via_slot: Option<u16>,
+    /// Single-assignment attributes (`once`), by slot.
+    pub(crate) once: Vec<u16>,
+}
+
+/// One step of a navigation after its root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// The built-in `role`.
+    Role,
+    /// The built-in `state` (the state of the session's execution).
+    State,
+    /// A stored attribute, by slot.
+    Attr(u16),
+}
+
+#[derive(Debug)]
+pub(crate) enum Root {
+    /// `msg.method`, `msg.status`, `msg.payl`, `msg.timer`, `msg.sips`.
+    Msg(NavRoot),
+    /// `msg.apps.NAME`: an attribute of the application session.
+    App(String),
+    /// A `let` variable, by index (None: not bound, null).
+    Var(Option<usize>),
+    /// `msg.apps` alone: null.
+    Null,
+}
+
+#[derive(Debug)]
+pub(crate) struct CNav {
+    pub root: Root,
+    pub path: Vec<Step>,
+}
+
+#[derive(Debug)]
+pub(crate) enum CExpr {
+    /// A name, string, integer, boolean or null.
+    Const(Value),
+    /// `msg.method`.
+    Method,
+    Nav(CNav),
+    /// `session(msg.payl)`.
+    PayloadSession,
+    SessionOf(Box<CExpr>),
+    Not(Box<CExpr>),
+    And(Box<CExpr>, Box<CExpr>),
+    Or(Box<CExpr>, Box<CExpr>),
+    Cmp(Box<CExpr>, CmpOp, Box<CExpr>),
+}
+
+/// A transition compiled: its `let`s (variable `i` is `lets[i]`), guard, handles and the
+/// targets of its moves (in `moves` order).
+pub(crate) struct Program {
+    pub lets: Vec<CExpr>,
+    pub guard: CExpr,
+    pub handles: Vec<CNav>,
+    pub moves: Vec<CNav>,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum CompileError {
     #[error("the contract has no initial state")]
     NoInitialState,
+}
+
+/// Names to slots, while compiling.
+struct Slots(Vec<String>);
+
+impl Slots {
+    fn slot(&mut self, stored: &str) -> u16 {
+        let at = match self.0.iter().position(|n| n == stored) {
+            Some(at) => at,
+            None => {
+                self.0.push(stored.to_string());
+                self.0.len() - 1
+            }
+        };
+        // A contract names far fewer attributes than this.
+        u16::try_from(at).unwrap_or(u16::MAX)
+    }
+
+    fn step(&mut self, name: &str) -> Step {
+        match name {
+            "role" => Step::Role,
+            "state" => Step::State,
+            other => Step::Attr(self.slot(other)),
+        }
+    }
+}
+
+struct Compiler<'s> {
+    slots: &'s mut Slots,
+    /// The names of the `let`s bound so far, in order.
+    lets: Vec<&'s str>,
+}
+
+impl<'s> Compiler<'s> {
+    fn var(&self, name: &str) -> Option<usize> {
+        self.lets.iter().rposition(|n| *n == name)
+    }
+
+    fn nav(&mut self, nav: &Nav) -> CNav {
+        let mut path = nav.path.iter();
+        let root = match &nav.root {
+            NavRoot::Var(v) => Root::Var(self.var(&v.name)),
+            NavRoot::MsgApps => match path.next() {
+                Some(first) => Root::App(first.name.clone()),
+                None => Root::Null,
+            },
+            root => Root::Msg(root.clone()),
+        };
+        CNav { root, path: path.map(|s| self.slots.step(&s.name)).collect() }
+    }
+
+    fn expr(&mut self, expr: &Expr) -> CExpr {
+        match expr {
+            Expr::Nav(nav) if nav.path.is_empty() && matches!(nav.root, NavRoot::MsgMethod) => CExpr::Method,
+            Expr::Nav(nav) => CExpr::Nav(self.nav(nav)),
+            Expr::SessionOf(inner, _) => match &**inner {
+                Expr::Nav(nav) if matches!(nav.root, NavRoot::MsgPayload) && nav.path.is_empty() => CExpr::PayloadSession,
+                inner => CExpr::SessionOf(Box::new(self.expr(inner))),
+            },
+            Expr::Name(i) => CExpr::Const(Value::Str(SmolStr::new(&i.name))),
+            Expr::Str(s, _) => CExpr::Const(Value::Str(SmolStr::new(s))),
+            Expr::Int(i, _) => CExpr::Const(Value::Int(*i)),
+            Expr::Bool(b, _) => CExpr::Const(Value::Bool(*b)),
+            Expr::Null(_) => CExpr::Const(Value::Null),
+            Expr::Not(e, _) => CExpr::Not(Box::new(self.expr(e))),
+            Expr::And(a, b) => CExpr::And(Box::new(self.expr(a)), Box::new(self.expr(b))),
+            Expr::Or(a, b) => CExpr::Or(Box::new(self.expr(a)), Box::new(self.expr(b))),
+            Expr::Cmp(a, op, b) => CExpr::Cmp(Box::new(self.expr(a)), *op, Box::new(self.expr(b))),
+        }
+    }
 }
 
 impl Compiled {
@@ -72,18 +218,39 @@ impl Compiled {
                 by_state.entry_or_insert_with(&from.name, Vec::new).push(i);
             }
         }
+        let mut slots = Slots(vec![crate::engine::ROLE.to_string(), crate::engine::STATE.to_string()]);
         let roles = machine
             .roles
             .iter()
             .map(|r| {
-                let once = r.attributes.iter().filter(|a| a.once).map(|a| (a.name.name.clone(), ())).collect();
-                (
-                    r.name.name.clone(),
-                    RoleInfo { holds_state: r.holds_state, state_via: r.state_via.as_ref().map(|v| v.name.clone()), once },
-                )
+                let once = r.attributes.iter().filter(|a| a.once).map(|a| slots.slot(&a.name.name)).collect();
+                for a in &r.attributes {
+                    slots.slot(&a.name.name);
+                }
+                let state_via = r.state_via.as_ref().map(|v| v.name.clone());
+                let state_via_slot = state_via.as_deref().map(|v| slots.slot(v));
+                (r.name.name.clone(), RoleInfo { holds_state: r.holds_state, state_via, state_via_slot, once })
             })
             .collect();
-        Ok(Compiled { machine, initial, finals, by_state, roles })
+        let programs = machine
+            .transitions
+            .iter()
+            .map(|t| {
+                let mut c = Compiler { slots: &mut slots, lets: Vec::new() };
+                let mut lets = Vec::new();
+                for l in &t.lets {
+                    lets.push(c.expr(&l.value));
+                    c.lets.push(&l.name.name);
+                }
+                Program {
+                    lets,
+                    guard: c.expr(&t.guard),
+                    handles: t.handles.iter().map(|h| c.nav(h)).collect(),
+                    moves: t.moves.iter().map(|m| c.nav(&m.target)).collect(),
+                }
+            })
+            .collect();
+        Ok(Compiled { initial_text: SmolStr::new(&initial), initial, finals, by_state, roles, slots: slots.0, programs, machine })
     }
 
     pub fn candidates(&self, state: &str) -> &[usize] {
@@ -94,13 +261,39 @@ impl Compiled {
         self.roles.get(name)
     }
 
+    /// The index of role `name` (for [`Self::role_at`]).
+    pub(crate) fn role_index(&self, name: &str) -> Option<usize> {
+        self.roles.position(name)
+    }
+
+    pub(crate) fn role_at(&self, index: usize) -> &RoleInfo {
+        &self.roles.0[index].1
+    }
+
+    /// The slot of a stored attribute name, if evaluation can read it.
+    pub(crate) fn slot(&self, stored: &str) -> Option<usize> {
+        self.slots.iter().position(|n| n.len() == stored.len() && n == stored)
+    }
+
     /// Whether `attr` of a session playing `role` never changes once set.
     pub fn is_once(&self, role: Option<&str>, attr: &str) -> bool {
-        attr == "role" || role.and_then(|r| self.roles.get(r)).is_some_and(|r| r.once.contains(attr))
+        attr == "role"
+            || role
+                .and_then(|r| self.roles.get(r))
+                .is_some_and(|r| self.slot(attr).is_some_and(|s| r.once.iter().any(|o| usize::from(*o) == s)))
+    }
+
+    /// Whether slot `slot` of a session playing role `role` (an index) never changes once set.
+    pub(crate) fn is_once_slot(&self, role: Option<usize>, slot: u16) -> bool {
+        slot == ROLE_SLOT || role.is_some_and(|r| self.role_at(r).once.contains(&slot))
     }
 
     pub fn transition(&self, index: usize) -> &ast::Transition {
         &self.machine.transitions[index]
+    }
+
+    pub(crate) fn program(&self, index: usize) -> &Program {
+        &self.programs[index]
     }
 
     pub fn is_session_attr(&self, role: &str, attr: &str) -> bool {

@@ -1,7 +1,7 @@
 //! The machine service: events in, negotiation, one handler arm, commit, release.
 
-use crate::compiled::Compiled;
-use crate::eval::{eval, eval_nav, nav_value, Env, Need, Value, Vars};
+use crate::compiled::{Compiled, Step, ROLE_SLOT, STATE_SLOT};
+use crate::eval::{eval, nav_value, Env, Need, Value, Vars};
 use crate::event::{Event, Trigger};
 use crate::locks::{Acquire, Key, LockTable, Ticket, GLOBAL};
 use crate::reads::{to_value, Reads};
@@ -197,24 +197,33 @@ impl<H: Handler> MachineService<H> {
             backoffs: 0,
             prediction: None,
         });
+        let mut prediction = None;
         match self.negotiator {
             Negotiator::Global => {
                 neg.to_acquire.insert(GLOBAL);
             }
             Negotiator::SingleAssign => {
-                let prediction = self.predict(ctx, &neg);
-                neg.to_acquire.extend(prediction.keys.iter().copied());
-                neg.prediction = Some(prediction);
+                let p = self.predict(ctx, &neg);
+                neg.to_acquire.extend(p.keys.iter().copied());
+                prediction = Some(p);
             }
             Negotiator::Ordered => {}
         }
-        self.drive(ctx, neg);
+        self.drive_with(ctx, neg, prediction);
+    }
+
+    /// Resumes a negotiation handed a lock (its prediction, if any, travels with it).
+    fn drive(&self, ctx: &mut Context<'_>, neg: Box<Negotiation>) {
+        self.drive_with(ctx, neg, None);
     }
 
     /// Acquires what is pending, evaluates, and either runs the transition, absorbs the
     /// message, or parks (the negotiation then waits in a lock queue and is resumed by the
     /// transition that releases the lock, on this executor).
-    fn drive(&self, ctx: &mut Context<'_>, mut neg: Box<Negotiation>) {
+    ///
+    /// `prediction` is the single-assignment negotiator's unlocked evaluation while it is on
+    /// this stack; it moves into the negotiation (boxed) only if the negotiation has to wait.
+    fn drive_with(&self, ctx: &mut Context<'_>, mut neg: Box<Negotiation>, mut prediction: Option<Prediction>) {
         loop {
             while let Some(k) = neg.to_acquire.pop_first() {
                 if neg.held.contains(&k) {
@@ -222,7 +231,22 @@ impl<H: Handler> MachineService<H> {
                 }
                 debug_assert!(neg.held.last().is_none_or(|m| *m < k), "acquisition out of order");
                 let ticket = neg.ticket;
-                match self.locks.acquire(k, ticket, neg) {
+                // Free locks are taken without touching the prediction; a busy one queues the
+                // negotiation, which then carries its prediction.
+                let mut busy = match self.locks.try_acquire(k, ticket, neg) {
+                    Acquire::Acquired(n) => {
+                        neg = n;
+                        neg.held.insert(k);
+                        continue;
+                    }
+                    Acquire::Busy(n) => n,
+                    // `try_acquire` never queues.
+                    Acquire::Queued => return,
+                };
+                if let Some(p) = prediction.take() {
+                    busy.prediction = Some(Box::new(p));
+                }
+                match self.locks.acquire(k, ticket, busy) {
                     Acquire::Acquired(n) | Acquire::Busy(n) => {
                         neg = n;
                         neg.held.insert(k);
@@ -243,8 +267,8 @@ impl<H: Handler> MachineService<H> {
             // outcome. Checking costs one look-up per session read, where evaluating again walks
             // every candidate's guard; it is done only when something changed (or was read that
             // the record cannot check, e.g. an application session's attribute).
-            let outcome = match neg.prediction.take() {
-                Some(p) if p.keys.iter().all(|k| neg.held.contains(k)) && p.reads.unchanged(ctx) => p.outcome,
+            let outcome = match prediction.take().or_else(|| neg.prediction.take().map(|p| *p)) {
+                Some(p) if p.keys.iter().all(|k| neg.held.contains(k)) && p.reads.unchanged(ctx, &self.compiled) => p.outcome,
                 Some(_) => {
                     self.stats.reevaluations.fetch_add(1, Relaxed);
                     self.evaluate(ctx, &neg)
@@ -325,9 +349,9 @@ impl<H: Handler> MachineService<H> {
 
     /// The sessions a message will most likely need, read without locks, and the outcome
     /// those reads give (a hint only: it stands only if the reads still hold under the locks).
-    fn predict(&self, ctx: &mut Context<'_>, neg: &Negotiation) -> Box<Prediction> {
-        let mut p = Box::new(Prediction { outcome: Outcome::Absorb, reads: Reads::default(), keys: SortedSet::new() });
-        let Prediction { outcome, reads, keys } = &mut *p;
+    fn predict(&self, ctx: &mut Context<'_>, neg: &Negotiation) -> Prediction {
+        let mut p = Prediction { outcome: Outcome::Absorb, reads: Reads::default(), keys: SortedSet::new() };
+        let Prediction { outcome, reads, keys } = &mut p;
         let mut env = self.env(ctx, neg, Some(keys), reads);
         // Prediction reads never need a lock, so this is always `Ok`.
         *outcome = select(&mut env).unwrap_or_else(|Need(id)| Outcome::Need([key(id)].into()));
@@ -381,11 +405,11 @@ impl<H: Handler> MachineService<H> {
                 set_state(ctx, holder, &t.to.name);
             }
         }
-        for mv in &t.moves {
+        for (mv, target) in t.moves.iter().zip(&self.compiled.program(transition).moves) {
             let target = {
                 let mut reads = Reads::default();
                 let mut env = self.env(ctx, neg, None, &mut reads);
-                nav_value(&mv.target, &mut env, vars, None)
+                nav_value(target, &mut env, vars, None)
             };
             if let Ok(Value::Session(s)) = target {
                 if let Some(holder) = self.holder(ctx, s) {
@@ -402,10 +426,11 @@ impl<H: Handler> MachineService<H> {
         if self.compiled.finals.contains(&t.to.name) {
             ended.extend(neg.event.session.or(created));
         }
-        for mv in t.moves.iter().filter(|m| self.compiled.finals.contains(&m.to.name)) {
+        let targets = &self.compiled.program(transition).moves;
+        for (_, target) in t.moves.iter().zip(targets).filter(|(m, _)| self.compiled.finals.contains(&m.to.name)) {
             let mut reads = Reads::default();
             let mut env = self.env(ctx, neg, None, &mut reads);
-            if let Ok(Value::Session(s)) = nav_value(&mv.target, &mut env, vars, None) {
+            if let Ok(Value::Session(s)) = nav_value(target, &mut env, vars, None) {
                 ended.push(s);
             }
         }
@@ -441,8 +466,8 @@ fn select<H: Handler>(env: &mut EvalEnv<'_, '_, H>) -> Result<Outcome, Need> {
     let compiled = &env.engine.compiled;
     let sips = env.message(&NavRoot::MsgSips);
     let state = match &sips {
-        Value::NewSession => SmolStr::new(&compiled.initial),
-        Value::Session(id) => match env.session_attr(*id, "state")? {
+        Value::NewSession => compiled.initial_text.clone(),
+        Value::Session(id) => match env.session_step(*id, Step::State)? {
             Value::Str(s) => s,
             _ => return Ok(Outcome::Absorb),
         },
@@ -450,13 +475,13 @@ fn select<H: Handler>(env: &mut EvalEnv<'_, '_, H>) -> Result<Outcome, Need> {
     };
     let mut enabled: smallvec::SmallVec<[(usize, Vars); 1]> = smallvec::SmallVec::new();
     for &index in compiled.candidates(&state) {
-        let t = compiled.transition(index);
+        let p = compiled.program(index);
         let mut vars = Vars::default();
-        for l in &t.lets {
-            let v = eval(&l.value, env, &vars)?;
-            vars.bind(&l.name.name, v);
+        for l in &p.lets {
+            let v = eval(l, env, &vars)?;
+            vars.push(v);
         }
-        if eval(&t.guard, env, &vars)? == Value::Bool(true) {
+        if eval(&p.guard, env, &vars)? == Value::Bool(true) {
             enabled.push((index, vars));
         }
     }
@@ -464,10 +489,10 @@ fn select<H: Handler>(env: &mut EvalEnv<'_, '_, H>) -> Result<Outcome, Need> {
         return Ok(Outcome::Ambiguous(enabled.iter().map(|(i, _)| compiled.transition(*i).name.name.clone()).collect()));
     }
     let Some((index, vars)) = enabled.pop() else { return Ok(Outcome::Absorb) };
-    let t = compiled.transition(index);
+    let p = compiled.program(index);
     let mut traversed = SortedSet::new();
-    for nav in t.handles.iter().chain(t.moves.iter().map(|m| &m.target)) {
-        eval_nav(nav, env, &vars, &mut traversed)?;
+    for nav in p.handles.iter().chain(&p.moves) {
+        nav_value(nav, env, &vars, Some(&mut traversed))?;
     }
     // The state holders written by the transition are needed too.
     if let Value::Session(id) = sips {
@@ -480,13 +505,13 @@ fn select<H: Handler>(env: &mut EvalEnv<'_, '_, H>) -> Result<Outcome, Need> {
 }
 
 fn state_holder<H: Handler>(env: &mut EvalEnv<'_, '_, H>, id: SessionId) -> Result<Option<SessionId>, Need> {
-    let Value::Str(role) = env.session_attr(id, "role")? else { return Ok(None) };
+    let Value::Str(role) = env.session_step(id, Step::Role)? else { return Ok(None) };
     let Some(info) = env.engine.compiled.role(&role) else { return Ok(None) };
     if info.holds_state {
         return Ok(Some(id));
     }
-    let Some(via) = info.state_via.clone() else { return Ok(None) };
-    Ok(match env.session_attr(id, &via)? {
+    let Some(via) = info.state_via_slot else { return Ok(None) };
+    Ok(match env.session_step(id, Step::Attr(via))? {
         Value::Session(h) => Some(h),
         _ => None,
     })
@@ -503,7 +528,7 @@ struct EvalEnv<'e, 'a, H: Handler> {
 }
 
 impl<H: Handler> EvalEnv<'_, '_, H> {
-    fn readable(&mut self, id: SessionId, role: Option<&str>, attr: &str, set: bool) -> bool {
+    fn readable(&mut self, id: SessionId, role: Option<usize>, slot: u16, set: bool) -> bool {
         if let Some(p) = self.predict.as_deref_mut() {
             p.insert(key(id));
             return true;
@@ -511,7 +536,7 @@ impl<H: Handler> EvalEnv<'_, '_, H> {
         match self.engine.negotiator {
             Negotiator::Global => true,
             _ if self.neg.held.contains(&key(id)) => true,
-            Negotiator::SingleAssign => set && self.engine.compiled.is_once(role, attr),
+            Negotiator::SingleAssign => set && self.engine.compiled.is_once_slot(role, slot),
             Negotiator::Ordered => false,
         }
     }
@@ -544,49 +569,47 @@ impl<H: Handler> Env for EvalEnv<'_, '_, H> {
         Ok(self.ctx.with_app(app, |a| to_value(a.attributes.get(name))).unwrap_or(Value::Null))
     }
 
-    fn session_attr(&mut self, id: SessionId, name: &str) -> Result<Value, Need> {
-        let attr = match name {
-            "role" => ROLE,
-            "state" => STATE,
-            other => other,
-        };
-        let Some((role, value)) = self.reads.session(self.ctx, id, attr) else { return Ok(Value::Null) };
-        let role = match role {
-            Value::Str(role) => Some(role),
-            _ => None,
-        };
-        match name {
-            "role" => {
-                if self.readable(id, role.as_deref(), "role", role.is_some()) {
-                    Ok(value)
+    fn session_step(&mut self, id: SessionId, step: Step) -> Result<Value, Need> {
+        let compiled = &self.engine.compiled;
+        let Some(entry) = self.reads.load(self.ctx, compiled, id) else { return Ok(Value::Null) };
+        let role = self.reads.role(entry);
+        // Every step depends on the role (readability, where the state is): it is recorded.
+        let role_set = matches!(self.reads.value(entry, ROLE_SLOT), Value::Str(_));
+        match step {
+            Step::Role => {
+                if self.readable(id, role, ROLE_SLOT, role_set) {
+                    Ok(self.reads.value(entry, ROLE_SLOT).clone())
                 } else {
                     Err(Need(id))
                 }
             }
-            "state" => {
-                let Some(role_name) = role.clone() else { return Ok(Value::Null) };
-                if !self.readable(id, Some(&role_name), "role", true) {
+            Step::State => {
+                if !role_set {
+                    return Ok(Value::Null);
+                }
+                if !self.readable(id, role, ROLE_SLOT, true) {
                     return Err(Need(id));
                 }
-                let Some(info) = self.engine.compiled.role(&role_name) else { return Ok(Value::Null) };
+                let Some(info) = role.map(|r| compiled.role_at(r)) else { return Ok(Value::Null) };
                 if info.holds_state {
                     // The state changes: only its holder's lock makes it stable.
                     if self.predict.is_some() || self.engine.negotiator == Negotiator::Global || self.neg.held.contains(&key(id)) {
-                        return Ok(match value {
-                            Value::Null => Value::Str(SmolStr::new(&self.engine.compiled.initial)),
-                            v => v,
+                        return Ok(match self.reads.value(entry, STATE_SLOT) {
+                            Value::Null => Value::Str(compiled.initial_text.clone()),
+                            v => v.clone(),
                         });
                     }
                     return Err(Need(id));
                 }
-                let Some(via) = info.state_via.clone() else { return Ok(Value::Null) };
-                match self.session_attr(id, &via)? {
-                    Value::Session(holder) => self.session_attr(holder, "state"),
+                let Some(via) = info.state_via_slot else { return Ok(Value::Null) };
+                match self.session_step(id, Step::Attr(via))? {
+                    Value::Session(holder) => self.session_step(holder, Step::State),
                     _ => Ok(Value::Null),
                 }
             }
-            attr => {
-                if self.readable(id, role.as_deref(), attr, value != Value::Null) {
+            Step::Attr(slot) => {
+                let value = self.reads.value(entry, slot).clone();
+                if self.readable(id, role, slot, value != Value::Null) {
                     Ok(value)
                 } else {
                     Err(Need(id))
@@ -597,7 +620,7 @@ impl<H: Handler> Env for EvalEnv<'_, '_, H> {
 
     fn session_of(&mut self, text: &str) -> Value {
         match text.parse::<SessionId>() {
-            Ok(id) if self.reads.exists(self.ctx, id) => Value::Session(id),
+            Ok(id) if self.reads.exists(self.ctx, &self.engine.compiled, id) => Value::Session(id),
             _ => Value::Null,
         }
     }
@@ -610,8 +633,8 @@ impl<H: Handler> Env for EvalEnv<'_, '_, H> {
         }
     }
 
-    fn initial_state(&self) -> &str {
-        &self.engine.compiled.initial
+    fn initial_state(&self) -> Value {
+        Value::Str(self.engine.compiled.initial_text.clone())
     }
 }
 
