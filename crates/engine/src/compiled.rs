@@ -23,6 +23,8 @@ pub struct Compiled {
     /// The stored names of the attributes evaluation can read, by slot: `@role`, `@state`, then
     /// every attribute a role declares or a navigation names.
     pub(crate) slots: Vec<String>,
+    /// `short_key` of each slot's name, to find a name's slot without comparing strings.
+    slot_keys: Vec<u64>,
     /// One per transition, in the machine's order.
     programs: Vec<Program>,
 }
@@ -126,6 +128,10 @@ pub(crate) enum CExpr {
 /// A transition compiled: its `let`s (variable `i` is `lets[i]`), guard, handles and the
 /// targets of its moves (in `moves` order).
 pub(crate) struct Program {
+    /// The methods (`msg.method`) the guard can hold for, when it says (e.g. `msg.method == BYE
+    /// && ...`): a message with another method skips the transition without evaluating its
+    /// `let`s (they cannot make a false guard true).
+    pub methods: Option<Vec<SmolStr>>,
     pub lets: Vec<CExpr>,
     pub guard: CExpr,
     pub handles: Vec<CNav>,
@@ -208,6 +214,41 @@ impl<'s> Compiler<'s> {
     }
 }
 
+/// A name's length and first 7 bytes in one word: equal keys mean equal names up to 7 bytes
+/// long (attribute names usually are), and must be compared in full beyond.
+fn short_key(name: &str) -> u64 {
+    let b = name.as_bytes();
+    let mut key = [0u8; 8];
+    let n = b.len().min(7);
+    key[..n].copy_from_slice(&b[..n]);
+    key[7] = b.len().min(255) as u8;
+    u64::from_le_bytes(key)
+}
+
+/// The methods `expr` can only be true for, if it tells.
+fn methods(expr: &CExpr) -> Option<Vec<SmolStr>> {
+    match expr {
+        CExpr::Cmp(a, CmpOp::Eq, b) => match (&**a, &**b) {
+            (CExpr::Method, CExpr::Const(Value::Str(m))) | (CExpr::Const(Value::Str(m)), CExpr::Method) => Some(vec![m.clone()]),
+            _ => None,
+        },
+        CExpr::And(a, b) => methods(a).or_else(|| methods(b)),
+        CExpr::Or(a, b) => {
+            let mut all = methods(a)?;
+            all.extend(methods(b)?);
+            Some(all)
+        }
+        _ => None,
+    }
+}
+
+impl Program {
+    /// Whether the guard may hold for a message of this method.
+    pub fn may_take(&self, method: &str) -> bool {
+        self.methods.as_ref().is_none_or(|ms| ms.iter().any(|m| m == method))
+    }
+}
+
 impl Compiled {
     pub fn new(machine: ast::Machine) -> Result<Compiled, CompileError> {
         let initial = machine.initial_state().ok_or(CompileError::NoInitialState)?.name.name.clone();
@@ -242,15 +283,28 @@ impl Compiled {
                     lets.push(c.expr(&l.value));
                     c.lets.push(&l.name.name);
                 }
+                let guard = c.expr(&t.guard);
                 Program {
+                    methods: methods(&guard),
                     lets,
-                    guard: c.expr(&t.guard),
+                    guard,
                     handles: t.handles.iter().map(|h| c.nav(h)).collect(),
                     moves: t.moves.iter().map(|m| c.nav(&m.target)).collect(),
                 }
             })
             .collect();
-        Ok(Compiled { initial_text: SmolStr::new(&initial), initial, finals, by_state, roles, slots: slots.0, programs, machine })
+        let slot_keys = slots.0.iter().map(|n| short_key(n)).collect();
+        Ok(Compiled {
+            initial_text: SmolStr::new(&initial),
+            initial,
+            finals,
+            by_state,
+            roles,
+            slots: slots.0,
+            slot_keys,
+            programs,
+            machine,
+        })
     }
 
     pub fn candidates(&self, state: &str) -> &[usize] {
@@ -272,7 +326,8 @@ impl Compiled {
 
     /// The slot of a stored attribute name, if evaluation can read it.
     pub(crate) fn slot(&self, stored: &str) -> Option<usize> {
-        self.slots.iter().position(|n| n.len() == stored.len() && n == stored)
+        let k = short_key(stored);
+        self.slot_keys.iter().zip(&self.slots).position(|(key, name)| *key == k && (stored.len() <= 7 || name == stored))
     }
 
     /// Whether `attr` of a session playing `role` never changes once set.
@@ -301,5 +356,57 @@ impl Compiled {
             .role(role)
             .and_then(|r| r.attributes.iter().find(|a| a.name.name == attr))
             .is_some_and(|a| matches!(a.ty, AttrType::Session(_)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONTRACT: &str = r#"
+service t
+role Caller holds state {
+  msr: session Msr once
+  p2t: session Caller
+  a_rather_long_attribute_name: string
+  a_rather_long_attribute_other: string
+}
+role Msr {
+  caller: session Caller once
+  state via caller
+}
+states { initial Idle, Busy, final Done }
+transition T1: Idle -> Busy
+  when msg.method == INVITE && msg.sips.role == null
+  handles msg.sips
+transition T2: Busy -> Done
+  let p = session(msg.payl)
+  when (msg.method == BYE || msg.method == CANCEL) && p != null
+  handles msg.sips, p.msr
+transition T3: Busy -> same
+  when msg.sips.role == Msr && msg.method != BYE
+  handles msg.sips
+"#;
+
+    #[test]
+    fn names_resolve_to_slots_and_guards_to_methods() {
+        let c = Compiled::new(tandem_contract::parse(CONTRACT).expect("parses")).expect("compiles");
+        assert_eq!(&c.slots[..2], ["@role", "@state"]);
+        for (i, name) in c.slots.iter().enumerate() {
+            assert_eq!(c.slot(name), Some(i), "{name}");
+        }
+        assert_eq!(c.slot("a_rather_long_attribute_third"), None);
+        assert_eq!(c.slot("ms"), None);
+        assert_eq!(c.slot("msrx"), None);
+        let msr = c.slot("msr").and_then(|s| u16::try_from(s).ok()).expect("msr has a slot");
+        let caller = c.role_index("Caller");
+        assert!(c.is_once_slot(caller, msr) && c.is_once_slot(None, ROLE_SLOT));
+        assert!(!c.is_once_slot(caller, c.slot("p2t").and_then(|s| u16::try_from(s).ok()).expect("p2t")));
+        let methods = |i: usize| c.program(i).methods.clone();
+        assert_eq!(methods(0), Some(vec![SmolStr::new("INVITE")]));
+        assert_eq!(methods(1), Some(vec![SmolStr::new("BYE"), SmolStr::new("CANCEL")]));
+        assert_eq!(methods(2), None);
+        assert!(c.program(1).may_take("CANCEL") && !c.program(1).may_take("ACK") && c.program(2).may_take("ACK"));
+        assert!(matches!(c.program(1).handles[1], CNav { root: Root::Var(Some(0)), ref path } if path == &[Step::Attr(msr)]));
     }
 }

@@ -7,7 +7,7 @@ use crate::locks::{Acquire, Key, LockTable, Ticket, GLOBAL};
 use crate::reads::{to_value, Reads};
 use crate::sorted_set::SortedSet;
 use crate::stats::ServiceStats;
-use crate::transition::{Action, Transition};
+use crate::transition::{Action, Actions, Transition};
 use smol_str::SmolStr;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -108,7 +108,13 @@ enum Outcome {
     Need(SortedSet<Key>),
     Absorb,
     Ambiguous(Vec<String>),
-    Run { transition: usize, vars: Vars, needed: SortedSet<Key> },
+    /// `holder`: the state holder of the message's session, as evaluation found it.
+    Run {
+        transition: usize,
+        vars: Vars,
+        needed: SortedSet<Key>,
+        holder: Option<SessionId>,
+    },
 }
 
 impl<H: Handler> MachineService<H> {
@@ -203,18 +209,19 @@ impl<H: Handler> MachineService<H> {
                 neg.to_acquire.insert(GLOBAL);
             }
             Negotiator::SingleAssign => {
-                let p = self.predict(ctx, &neg);
+                // Filled in place: a prediction is large, and is not moved unless it must wait.
+                let p = prediction.insert(Prediction { outcome: Outcome::Absorb, reads: Reads::default(), keys: SortedSet::new() });
+                self.predict(ctx, &neg, p);
                 neg.to_acquire.extend(p.keys.iter().copied());
-                prediction = Some(p);
             }
             Negotiator::Ordered => {}
         }
-        self.drive_with(ctx, neg, prediction);
+        self.drive_with(ctx, neg, &mut prediction);
     }
 
     /// Resumes a negotiation handed a lock (its prediction, if any, travels with it).
     fn drive(&self, ctx: &mut Context<'_>, neg: Box<Negotiation>) {
-        self.drive_with(ctx, neg, None);
+        self.drive_with(ctx, neg, &mut None);
     }
 
     /// Acquires what is pending, evaluates, and either runs the transition, absorbs the
@@ -223,7 +230,7 @@ impl<H: Handler> MachineService<H> {
     ///
     /// `prediction` is the single-assignment negotiator's unlocked evaluation while it is on
     /// this stack; it moves into the negotiation (boxed) only if the negotiation has to wait.
-    fn drive_with(&self, ctx: &mut Context<'_>, mut neg: Box<Negotiation>, mut prediction: Option<Prediction>) {
+    fn drive_with(&self, ctx: &mut Context<'_>, mut neg: Box<Negotiation>, prediction: &mut Option<Prediction>) {
         loop {
             while let Some(k) = neg.to_acquire.pop_first() {
                 if neg.held.contains(&k) {
@@ -267,13 +274,26 @@ impl<H: Handler> MachineService<H> {
             // outcome. Checking costs one look-up per session read, where evaluating again walks
             // every candidate's guard; it is done only when something changed (or was read that
             // the record cannot check, e.g. an application session's attribute).
-            let outcome = match prediction.take().or_else(|| neg.prediction.take().map(|p| *p)) {
-                Some(p) if p.keys.iter().all(|k| neg.held.contains(k)) && p.reads.unchanged(ctx, &self.compiled) => p.outcome,
-                Some(_) => {
-                    self.stats.reevaluations.fetch_add(1, Relaxed);
+            let had_prediction = prediction.is_some() || neg.prediction.is_some();
+            let predicted = {
+                let Negotiation { held, prediction: boxed, .. } = &mut *neg;
+                match prediction.as_mut().or(boxed.as_deref_mut()) {
+                    Some(p) if p.keys.iter().all(|k| held.contains(k)) && p.reads.unchanged(ctx, &self.compiled) => {
+                        Some(std::mem::replace(&mut p.outcome, Outcome::Absorb))
+                    }
+                    _ => None,
+                }
+            };
+            *prediction = None;
+            neg.prediction = None;
+            let outcome = match predicted {
+                Some(outcome) => outcome,
+                None => {
+                    if had_prediction {
+                        self.stats.reevaluations.fetch_add(1, Relaxed);
+                    }
                     self.evaluate(ctx, &neg)
                 }
-                None => self.evaluate(ctx, &neg),
             };
             match outcome {
                 Outcome::Need(wanted) => self.plan(ctx, &mut neg, wanted),
@@ -287,10 +307,10 @@ impl<H: Handler> MachineService<H> {
                     self.stats.ambiguous.fetch_add(1, Relaxed);
                     return self.release_all(ctx, neg);
                 }
-                Outcome::Run { transition, vars, needed } => {
+                Outcome::Run { transition, vars, needed, holder } => {
                     let missing: SortedSet<Key> = needed.difference(&neg.held).copied().collect();
                     if missing.is_empty() || self.negotiator == Negotiator::Global {
-                        return self.run(ctx, neg, transition, vars, needed);
+                        return self.run(ctx, neg, transition, vars, needed, holder);
                     }
                     self.plan(ctx, &mut neg, missing);
                 }
@@ -349,9 +369,8 @@ impl<H: Handler> MachineService<H> {
 
     /// The sessions a message will most likely need, read without locks, and the outcome
     /// those reads give (a hint only: it stands only if the reads still hold under the locks).
-    fn predict(&self, ctx: &mut Context<'_>, neg: &Negotiation) -> Prediction {
-        let mut p = Prediction { outcome: Outcome::Absorb, reads: Reads::default(), keys: SortedSet::new() };
-        let Prediction { outcome, reads, keys } = &mut p;
+    fn predict(&self, ctx: &mut Context<'_>, neg: &Negotiation, p: &mut Prediction) {
+        let Prediction { outcome, reads, keys } = p;
         let mut env = self.env(ctx, neg, Some(keys), reads);
         // Prediction reads never need a lock, so this is always `Ok`.
         *outcome = select(&mut env).unwrap_or_else(|Need(id)| Outcome::Need([key(id)].into()));
@@ -360,12 +379,19 @@ impl<H: Handler> MachineService<H> {
         if let Outcome::Run { needed, .. } = outcome {
             keys.extend(needed.iter().copied());
         }
-        p
     }
 
     /// Runs the arm with access to the dynamic contract's sessions (`needed`: what the handles
     /// traverse, and the state holders) — not to sessions only the guard looked at.
-    fn run(&self, ctx: &mut Context<'_>, neg: Box<Negotiation>, transition: usize, vars: Vars, needed: SortedSet<Key>) {
+    fn run(
+        &self,
+        ctx: &mut Context<'_>,
+        neg: Box<Negotiation>,
+        transition: usize,
+        vars: Vars,
+        needed: SortedSet<Key>,
+        holder: Option<SessionId>,
+    ) {
         let negotiated = ctx.now().saturating_duration_since(neg.started);
         let t = self.compiled.transition(transition);
         let started = Instant::now();
@@ -376,7 +402,7 @@ impl<H: Handler> MachineService<H> {
         let stats = &self.stats.transitions[transition];
         match result {
             Ok(()) => {
-                self.commit_state(ctx, &neg, transition, &vars, done.created_sips);
+                self.commit_state(ctx, &neg, transition, &vars, done.created_sips, holder);
                 apply(ctx, &neg.event, done.actions);
                 self.finish_executions(ctx, &neg, transition, &vars, done.created_sips);
                 stats.count.fetch_add(1, Relaxed);
@@ -396,11 +422,25 @@ impl<H: Handler> MachineService<H> {
     }
 
     /// Sets the state of this execution and of those the transition `moves`.
-    fn commit_state(&self, ctx: &mut Context<'_>, neg: &Negotiation, transition: usize, vars: &Vars, created: Option<SessionId>) {
+    fn commit_state(
+        &self,
+        ctx: &mut Context<'_>,
+        neg: &Negotiation,
+        transition: usize,
+        vars: &Vars,
+        created: Option<SessionId>,
+        evaluated: Option<SessionId>,
+    ) {
         let t = self.compiled.transition(transition);
         let stays = t.stays;
         let sips = neg.event.session.or(created);
-        if let Some(holder) = sips.and_then(|s| self.holder(ctx, s)) {
+        // A session that holds its execution's state still does (roles never change): no
+        // look-up then.
+        let holder = match (neg.event.session, evaluated) {
+            (Some(s), Some(h)) if s == h => Some(h),
+            _ => sips.and_then(|s| self.holder(ctx, s)),
+        };
+        if let Some(holder) = holder {
             if !stays {
                 set_state(ctx, holder, &t.to.name);
             }
@@ -476,6 +516,9 @@ fn select<H: Handler>(env: &mut EvalEnv<'_, '_, H>) -> Result<Outcome, Need> {
     let mut enabled: smallvec::SmallVec<[(usize, Vars); 1]> = smallvec::SmallVec::new();
     for &index in compiled.candidates(&state) {
         let p = compiled.program(index);
+        if !p.may_take(env.method()) {
+            continue;
+        }
         let mut vars = Vars::default();
         for l in &p.lets {
             let v = eval(l, env, &vars)?;
@@ -495,13 +538,15 @@ fn select<H: Handler>(env: &mut EvalEnv<'_, '_, H>) -> Result<Outcome, Need> {
         nav_value(nav, env, &vars, Some(&mut traversed))?;
     }
     // The state holders written by the transition are needed too.
+    let mut holder = None;
     if let Value::Session(id) = sips {
         traversed.insert(id);
-        if let Some(h) = state_holder(env, id)? {
+        holder = state_holder(env, id)?;
+        if let Some(h) = holder {
             traversed.insert(h);
         }
     }
-    Ok(Outcome::Run { transition: index, vars, needed: traversed.into_iter().map(key).collect() })
+    Ok(Outcome::Run { transition: index, vars, needed: traversed.into_iter().map(key).collect(), holder })
 }
 
 fn state_holder<H: Handler>(env: &mut EvalEnv<'_, '_, H>, id: SessionId) -> Result<Option<SessionId>, Need> {
@@ -655,7 +700,7 @@ fn answer_absorbed(ctx: &mut Context<'_>, event: &Event) {
 
 /// Sends what the arm sent, now that the transition commits. Sends on a session owned by
 /// another executor are posted there.
-fn apply(ctx: &mut Context<'_>, event: &Event, actions: Vec<Action>) {
+fn apply(ctx: &mut Context<'_>, event: &Event, actions: Actions) {
     for action in actions {
         match action {
             Action::Respond { status, headers, body } => {
@@ -667,11 +712,16 @@ fn apply(ctx: &mut Context<'_>, event: &Event, actions: Vec<Action>) {
                 }
             }
             Action::OnSession { session, op } => {
-                let home = ctx.home_of(session);
-                match home {
-                    Some(h) if h != ctx.executor() => ctx.post(h, Box::new(move |ctx: &mut Context<'_>| op.apply(ctx, session))),
-                    Some(_) => op.apply(ctx, session),
-                    None => {}
+                // One look-up: the session's home, and the action itself when it is this
+                // executor's.
+                let Some(cell) = ctx.session(session) else { continue };
+                let mut s = cell.lock();
+                if s.home == ctx.executor() {
+                    op.apply_on(ctx, &mut s);
+                } else {
+                    let home = s.home;
+                    drop(s);
+                    ctx.post(home, Box::new(move |ctx: &mut Context<'_>| op.apply(ctx, session)));
                 }
             }
         }

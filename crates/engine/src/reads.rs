@@ -76,7 +76,10 @@ impl Reads {
         let values = &mut self.values;
         let exists = ctx
             .with_session(id, |_, s| {
-                values.extend(std::iter::repeat_n(Value::Null, compiled.slots.len()));
+                values.reserve(compiled.slots.len());
+                for _ in 0..compiled.slots.len() {
+                    values.push(Value::Null);
+                }
                 for (name, v) in s.attributes.iter() {
                     if let Some(slot) = compiled.slot(name) {
                         values[base + slot] = to_value(Some(v));
@@ -125,15 +128,30 @@ impl Reads {
             if !e.exists {
                 return ctx.session(e.id).is_none();
             }
-            let values = &self.values[e.base..e.base + compiled.slots.len()];
+            let n = compiled.slots.len();
+            let values = &self.values[e.base..e.base + n];
             ctx.with_session(e.id, |_, s| {
-                compiled
-                    .slots
-                    .iter()
-                    .zip(values)
-                    .enumerate()
-                    .filter(|(slot, _)| e.used & bit(*slot) != 0)
-                    .all(|(_, (name, v))| same(s.attributes.get(name), v))
+                if n > 63 {
+                    // Slots from 63 on share a bit: compare them all, by name.
+                    return compiled
+                        .slots
+                        .iter()
+                        .zip(values)
+                        .enumerate()
+                        .filter(|(slot, _)| e.used & bit(*slot) != 0)
+                        .all(|(_, (name, v))| same(s.attributes.get(name), v));
+                }
+                // One pass over the session's attributes; a used slot it does not hold reads null.
+                let mut found = 0u64;
+                for (name, stored) in s.attributes.iter() {
+                    if let Some(slot) = compiled.slot(name).filter(|slot| e.used & bit(*slot) != 0) {
+                        if !same(Some(stored), &values[slot]) {
+                            return false;
+                        }
+                        found |= bit(slot);
+                    }
+                }
+                (0..n).filter(|slot| e.used & !found & bit(*slot) != 0).all(|slot| values[slot] == Value::Null)
             })
             .unwrap_or(false)
         })
