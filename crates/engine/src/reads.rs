@@ -128,30 +128,16 @@ impl Reads {
             if !e.exists {
                 return ctx.session(e.id).is_none();
             }
-            let n = compiled.slots.len();
-            let values = &self.values[e.base..e.base + n];
+            let values = &self.values[e.base..e.base + compiled.slots.len()];
+            // Few slots are used (the role, the state): looked up by name.
             ctx.with_session(e.id, |_, s| {
-                if n > 63 {
-                    // Slots from 63 on share a bit: compare them all, by name.
-                    return compiled
-                        .slots
-                        .iter()
-                        .zip(values)
-                        .enumerate()
-                        .filter(|(slot, _)| e.used & bit(*slot) != 0)
-                        .all(|(_, (name, v))| same(s.attributes.get(name), v));
-                }
-                // One pass over the session's attributes; a used slot it does not hold reads null.
-                let mut found = 0u64;
-                for (name, stored) in s.attributes.iter() {
-                    if let Some(slot) = compiled.slot(name).filter(|slot| e.used & bit(*slot) != 0) {
-                        if !same(Some(stored), &values[slot]) {
-                            return false;
-                        }
-                        found |= bit(slot);
-                    }
-                }
-                (0..n).filter(|slot| e.used & !found & bit(*slot) != 0).all(|slot| values[slot] == Value::Null)
+                compiled
+                    .slots
+                    .iter()
+                    .zip(values)
+                    .enumerate()
+                    .filter(|(slot, _)| e.used & bit(*slot) != 0)
+                    .all(|(_, (name, v))| same(s.attributes.get(name), v))
             })
             .unwrap_or(false)
         })
