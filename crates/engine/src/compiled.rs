@@ -8,9 +8,9 @@ use smol_str::SmolStr;
 use tandem_contract::ast::{self, AttrType, CmpOp, Expr, Nav, NavRoot, StateKind};
 
 /// The slot of the built-in `role` attribute (stored as `@role`).
-pub(crate) const ROLE_SLOT: u16 = 0;
+pub(crate) const ROLE_SLOT: usize = 0;
 /// The slot of the execution state (stored as `@state` on the state holder).
-pub(crate) const STATE_SLOT: u16 = 1;
+pub(crate) const STATE_SLOT: usize = 1;
 
 pub struct Compiled {
     pub machine: ast::Machine,
@@ -75,9 +75,9 @@ pub struct RoleInfo {
     pub holds_state: bool,
     pub state_via: Option<String>,
     /// The slot of `state_via`.
-    pub(crate) state_via_slot: Option<u16>,
+    pub(crate) state_via_slot: Option<usize>,
     /// Single-assignment attributes (`once`), by slot.
-    pub(crate) once: Vec<u16>,
+    pub(crate) once: Vec<usize>,
 }
 
 /// One step of a navigation after its root.
@@ -88,7 +88,7 @@ pub(crate) enum Step {
     /// The built-in `state` (the state of the session's execution).
     State,
     /// A stored attribute, by slot.
-    Attr(u16),
+    Attr(usize),
 }
 
 #[derive(Debug)]
@@ -148,7 +148,7 @@ pub enum CompileError {
 struct Slots(Vec<String>);
 
 impl Slots {
-    fn slot(&mut self, stored: &str) -> u16 {
+    fn slot(&mut self, stored: &str) -> usize {
         let at = match self.0.iter().position(|n| n == stored) {
             Some(at) => at,
             None => {
@@ -156,8 +156,7 @@ impl Slots {
                 self.0.len() - 1
             }
         };
-        // A contract names far fewer attributes than this.
-        u16::try_from(at).unwrap_or(u16::MAX)
+        at
     }
 
     fn step(&mut self, name: &str) -> Step {
@@ -332,14 +331,11 @@ impl Compiled {
 
     /// Whether `attr` of a session playing `role` never changes once set.
     pub fn is_once(&self, role: Option<&str>, attr: &str) -> bool {
-        attr == "role"
-            || role
-                .and_then(|r| self.roles.get(r))
-                .is_some_and(|r| self.slot(attr).is_some_and(|s| r.once.iter().any(|o| usize::from(*o) == s)))
+        attr == "role" || role.and_then(|r| self.roles.get(r)).is_some_and(|r| self.slot(attr).is_some_and(|s| r.once.contains(&s)))
     }
 
     /// Whether slot `slot` of a session playing role `role` (an index) never changes once set.
-    pub(crate) fn is_once_slot(&self, role: Option<usize>, slot: u16) -> bool {
+    pub(crate) fn is_once_slot(&self, role: Option<usize>, slot: usize) -> bool {
         slot == ROLE_SLOT || role.is_some_and(|r| self.role_at(r).once.contains(&slot))
     }
 
@@ -398,10 +394,10 @@ transition T3: Busy -> same
         assert_eq!(c.slot("a_rather_long_attribute_third"), None);
         assert_eq!(c.slot("ms"), None);
         assert_eq!(c.slot("msrx"), None);
-        let msr = c.slot("msr").and_then(|s| u16::try_from(s).ok()).expect("msr has a slot");
+        let msr = c.slot("msr").expect("msr has a slot");
         let caller = c.role_index("Caller");
         assert!(c.is_once_slot(caller, msr) && c.is_once_slot(None, ROLE_SLOT));
-        assert!(!c.is_once_slot(caller, c.slot("p2t").and_then(|s| u16::try_from(s).ok()).expect("p2t")));
+        assert!(!c.is_once_slot(caller, c.slot("p2t").expect("p2t")));
         let methods = |i: usize| c.program(i).methods.clone();
         assert_eq!(methods(0), Some(vec![SmolStr::new("INVITE")]));
         assert_eq!(methods(1), Some(vec![SmolStr::new("BYE"), SmolStr::new("CANCEL")]));

@@ -573,7 +573,7 @@ struct EvalEnv<'e, 'a, H: Handler> {
 }
 
 impl<H: Handler> EvalEnv<'_, '_, H> {
-    fn readable(&mut self, id: SessionId, role: Option<usize>, slot: u16, set: bool) -> bool {
+    fn readable(&mut self, id: SessionId, role: Option<usize>, slot: usize, set: bool) -> bool {
         if let Some(p) = self.predict.as_deref_mut() {
             p.insert(key(id));
             return true;

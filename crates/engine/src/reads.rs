@@ -87,7 +87,7 @@ impl Reads {
                 }
             })
             .is_some();
-        let role = match self.values.get(base + usize::from(ROLE_SLOT)) {
+        let role = match self.values.get(base + ROLE_SLOT) {
             Some(Value::Str(role)) if exists => compiled.role_index(role),
             _ => None,
         };
@@ -101,9 +101,8 @@ impl Reads {
     }
 
     /// Slot `slot` of a loaded session, noting that evaluation used it.
-    pub fn value(&mut self, entry: usize, slot: u16) -> &Value {
+    pub fn value(&mut self, entry: usize, slot: usize) -> &Value {
         let e = &mut self.entries[entry];
-        let slot = usize::from(slot);
         e.used |= bit(slot);
         &self.values[e.base + slot]
     }
