@@ -1,14 +1,32 @@
 //! A contract prepared for evaluation: transitions indexed by source state, roles' state
-//! access and single-assignment attributes.
+//! access and single-assignment attributes, and every guard, `let`, handle and move compiled
+//! into a [`Program`] whose names are resolved once: attribute names to slots (indices into
+//! [`Compiled::slots`]), `let` variables to indices, names and strings to values.
 
-use tandem_contract::ast::{self, AttrType, StateKind};
+use crate::eval::Value;
+use smol_str::SmolStr;
+use tandem_contract::ast::{self, AttrType, CmpOp, Expr, Nav, NavRoot, StateKind};
+
+/// The slot of the built-in `role` attribute (stored as `@role`).
+pub(crate) const ROLE_SLOT: usize = 0;
+/// The slot of the execution state (stored as `@state` on the state holder).
+pub(crate) const STATE_SLOT: usize = 1;
 
 pub struct Compiled {
     pub machine: ast::Machine,
     pub initial: String,
+    /// `initial`, as a value.
+    pub(crate) initial_text: SmolStr,
     pub finals: Names<()>,
     by_state: Names<Vec<usize>>,
     roles: Names<RoleInfo>,
+    /// The stored names of the attributes evaluation can read, by slot: `@role`, `@state`, then
+    /// every attribute a role declares or a navigation names.
+    pub(crate) slots: Vec<String>,
+    /// `short_key` of each slot's name, to find a name's slot without comparing strings.
+    slot_keys: Vec<u64>,
+    /// One per transition, in the machine's order.
+    programs: Vec<Program>,
 }
 
 /// A contract's few names (states, roles, attributes) and what they map to. Looked up several
@@ -24,8 +42,12 @@ impl<V> Names<V> {
         self.get(name).is_some()
     }
 
+    fn position(&self, name: &str) -> Option<usize> {
+        self.0.iter().position(|(n, _)| n == name)
+    }
+
     fn entry_or_insert_with(&mut self, name: &str, make: impl FnOnce() -> V) -> &mut V {
-        let at = match self.0.iter().position(|(n, _)| n == name) {
+        let at = match self.position(name) {
             Some(at) => at,
             None => {
                 self.0.push((name.to_string(), make()));
@@ -52,14 +74,178 @@ impl<V> FromIterator<(String, V)> for Names<V> {
 pub struct RoleInfo {
     pub holds_state: bool,
     pub state_via: Option<String>,
-    /// Single-assignment attributes (`once`).
-    pub once: Names<()>,
+    /// The slot of `state_via`.
+    pub(crate) state_via_slot: Option<usize>,
+    /// Single-assignment attributes (`once`), by slot.
+    pub(crate) once: Vec<usize>,
+}
+
+/// One step of a navigation after its root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// The built-in `role`.
+    Role,
+    /// The built-in `state` (the state of the session's execution).
+    State,
+    /// A stored attribute, by slot.
+    Attr(usize),
+}
+
+#[derive(Debug)]
+pub(crate) enum Root {
+    /// `msg.method`, `msg.status`, `msg.payl`, `msg.timer`, `msg.sips`.
+    Msg(NavRoot),
+    /// `msg.apps.NAME`: an attribute of the application session.
+    App(String),
+    /// A `let` variable, by index (None: not bound, null).
+    Var(Option<usize>),
+    /// `msg.apps` alone: null.
+    Null,
+}
+
+#[derive(Debug)]
+pub(crate) struct CNav {
+    pub root: Root,
+    pub path: Vec<Step>,
+}
+
+#[derive(Debug)]
+pub(crate) enum CExpr {
+    /// A name, string, integer, boolean or null.
+    Const(Value),
+    /// `msg.method`.
+    Method,
+    Nav(CNav),
+    /// `session(msg.payl)`.
+    PayloadSession,
+    SessionOf(Box<CExpr>),
+    Not(Box<CExpr>),
+    And(Box<CExpr>, Box<CExpr>),
+    Or(Box<CExpr>, Box<CExpr>),
+    Cmp(Box<CExpr>, CmpOp, Box<CExpr>),
+}
+
+/// A transition compiled: its `let`s (variable `i` is `lets[i]`), guard, handles and the
+/// targets of its moves (in `moves` order).
+pub(crate) struct Program {
+    /// The methods (`msg.method`) the guard can hold for, when it says (e.g. `msg.method == BYE
+    /// && ...`): a message with another method skips the transition without evaluating its
+    /// `let`s (they cannot make a false guard true).
+    pub methods: Option<Vec<SmolStr>>,
+    pub lets: Vec<CExpr>,
+    pub guard: CExpr,
+    pub handles: Vec<CNav>,
+    pub moves: Vec<CNav>,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum CompileError {
     #[error("the contract has no initial state")]
     NoInitialState,
+}
+
+/// Names to slots, while compiling.
+struct Slots(Vec<String>);
+
+impl Slots {
+    fn slot(&mut self, stored: &str) -> usize {
+        let at = match self.0.iter().position(|n| n == stored) {
+            Some(at) => at,
+            None => {
+                self.0.push(stored.to_string());
+                self.0.len() - 1
+            }
+        };
+        at
+    }
+
+    fn step(&mut self, name: &str) -> Step {
+        match name {
+            "role" => Step::Role,
+            "state" => Step::State,
+            other => Step::Attr(self.slot(other)),
+        }
+    }
+}
+
+struct Compiler<'s> {
+    slots: &'s mut Slots,
+    /// The names of the `let`s bound so far, in order.
+    lets: Vec<&'s str>,
+}
+
+impl<'s> Compiler<'s> {
+    fn var(&self, name: &str) -> Option<usize> {
+        self.lets.iter().rposition(|n| *n == name)
+    }
+
+    fn nav(&mut self, nav: &Nav) -> CNav {
+        let mut path = nav.path.iter();
+        let root = match &nav.root {
+            NavRoot::Var(v) => Root::Var(self.var(&v.name)),
+            NavRoot::MsgApps => match path.next() {
+                Some(first) => Root::App(first.name.clone()),
+                None => Root::Null,
+            },
+            root => Root::Msg(root.clone()),
+        };
+        CNav { root, path: path.map(|s| self.slots.step(&s.name)).collect() }
+    }
+
+    fn expr(&mut self, expr: &Expr) -> CExpr {
+        match expr {
+            Expr::Nav(nav) if nav.path.is_empty() && matches!(nav.root, NavRoot::MsgMethod) => CExpr::Method,
+            Expr::Nav(nav) => CExpr::Nav(self.nav(nav)),
+            Expr::SessionOf(inner, _) => match &**inner {
+                Expr::Nav(nav) if matches!(nav.root, NavRoot::MsgPayload) && nav.path.is_empty() => CExpr::PayloadSession,
+                inner => CExpr::SessionOf(Box::new(self.expr(inner))),
+            },
+            Expr::Name(i) => CExpr::Const(Value::Str(SmolStr::new(&i.name))),
+            Expr::Str(s, _) => CExpr::Const(Value::Str(SmolStr::new(s))),
+            Expr::Int(i, _) => CExpr::Const(Value::Int(*i)),
+            Expr::Bool(b, _) => CExpr::Const(Value::Bool(*b)),
+            Expr::Null(_) => CExpr::Const(Value::Null),
+            Expr::Not(e, _) => CExpr::Not(Box::new(self.expr(e))),
+            Expr::And(a, b) => CExpr::And(Box::new(self.expr(a)), Box::new(self.expr(b))),
+            Expr::Or(a, b) => CExpr::Or(Box::new(self.expr(a)), Box::new(self.expr(b))),
+            Expr::Cmp(a, op, b) => CExpr::Cmp(Box::new(self.expr(a)), *op, Box::new(self.expr(b))),
+        }
+    }
+}
+
+/// A name's length and first 7 bytes in one word: equal keys mean equal names up to 7 bytes
+/// long (attribute names usually are), and must be compared in full beyond.
+fn short_key(name: &str) -> u64 {
+    let b = name.as_bytes();
+    let mut key = [0u8; 8];
+    let n = b.len().min(7);
+    key[..n].copy_from_slice(&b[..n]);
+    key[7] = b.len().min(255) as u8;
+    u64::from_le_bytes(key)
+}
+
+/// The methods `expr` can only be true for, if it tells.
+fn methods(expr: &CExpr) -> Option<Vec<SmolStr>> {
+    match expr {
+        CExpr::Cmp(a, CmpOp::Eq, b) => match (&**a, &**b) {
+            (CExpr::Method, CExpr::Const(Value::Str(m))) | (CExpr::Const(Value::Str(m)), CExpr::Method) => Some(vec![m.clone()]),
+            _ => None,
+        },
+        CExpr::And(a, b) => methods(a).or_else(|| methods(b)),
+        CExpr::Or(a, b) => {
+            let mut all = methods(a)?;
+            all.extend(methods(b)?);
+            Some(all)
+        }
+        _ => None,
+    }
+}
+
+impl Program {
+    /// Whether the guard may hold for a message of this method.
+    pub fn may_take(&self, method: &str) -> bool {
+        self.methods.as_ref().is_none_or(|ms| ms.iter().any(|m| m == method))
+    }
 }
 
 impl Compiled {
@@ -72,18 +258,52 @@ impl Compiled {
                 by_state.entry_or_insert_with(&from.name, Vec::new).push(i);
             }
         }
+        let mut slots = Slots(vec![crate::engine::ROLE.to_string(), crate::engine::STATE.to_string()]);
         let roles = machine
             .roles
             .iter()
             .map(|r| {
-                let once = r.attributes.iter().filter(|a| a.once).map(|a| (a.name.name.clone(), ())).collect();
-                (
-                    r.name.name.clone(),
-                    RoleInfo { holds_state: r.holds_state, state_via: r.state_via.as_ref().map(|v| v.name.clone()), once },
-                )
+                let once = r.attributes.iter().filter(|a| a.once).map(|a| slots.slot(&a.name.name)).collect();
+                for a in &r.attributes {
+                    slots.slot(&a.name.name);
+                }
+                let state_via = r.state_via.as_ref().map(|v| v.name.clone());
+                let state_via_slot = state_via.as_deref().map(|v| slots.slot(v));
+                (r.name.name.clone(), RoleInfo { holds_state: r.holds_state, state_via, state_via_slot, once })
             })
             .collect();
-        Ok(Compiled { machine, initial, finals, by_state, roles })
+        let programs = machine
+            .transitions
+            .iter()
+            .map(|t| {
+                let mut c = Compiler { slots: &mut slots, lets: Vec::new() };
+                let mut lets = Vec::new();
+                for l in &t.lets {
+                    lets.push(c.expr(&l.value));
+                    c.lets.push(&l.name.name);
+                }
+                let guard = c.expr(&t.guard);
+                Program {
+                    methods: methods(&guard),
+                    lets,
+                    guard,
+                    handles: t.handles.iter().map(|h| c.nav(h)).collect(),
+                    moves: t.moves.iter().map(|m| c.nav(&m.target)).collect(),
+                }
+            })
+            .collect();
+        let slot_keys = slots.0.iter().map(|n| short_key(n)).collect();
+        Ok(Compiled {
+            initial_text: SmolStr::new(&initial),
+            initial,
+            finals,
+            by_state,
+            roles,
+            slots: slots.0,
+            slot_keys,
+            programs,
+            machine,
+        })
     }
 
     pub fn candidates(&self, state: &str) -> &[usize] {
@@ -94,13 +314,37 @@ impl Compiled {
         self.roles.get(name)
     }
 
+    /// The index of role `name` (for [`Self::role_at`]).
+    pub(crate) fn role_index(&self, name: &str) -> Option<usize> {
+        self.roles.position(name)
+    }
+
+    pub(crate) fn role_at(&self, index: usize) -> &RoleInfo {
+        &self.roles.0[index].1
+    }
+
+    /// The slot of a stored attribute name, if evaluation can read it.
+    pub(crate) fn slot(&self, stored: &str) -> Option<usize> {
+        let k = short_key(stored);
+        self.slot_keys.iter().zip(&self.slots).position(|(key, name)| *key == k && (stored.len() <= 7 || name == stored))
+    }
+
     /// Whether `attr` of a session playing `role` never changes once set.
     pub fn is_once(&self, role: Option<&str>, attr: &str) -> bool {
-        attr == "role" || role.and_then(|r| self.roles.get(r)).is_some_and(|r| r.once.contains(attr))
+        attr == "role" || role.and_then(|r| self.roles.get(r)).is_some_and(|r| self.slot(attr).is_some_and(|s| r.once.contains(&s)))
+    }
+
+    /// Whether slot `slot` of a session playing role `role` (an index) never changes once set.
+    pub(crate) fn is_once_slot(&self, role: Option<usize>, slot: usize) -> bool {
+        slot == ROLE_SLOT || role.is_some_and(|r| self.role_at(r).once.contains(&slot))
     }
 
     pub fn transition(&self, index: usize) -> &ast::Transition {
         &self.machine.transitions[index]
+    }
+
+    pub(crate) fn program(&self, index: usize) -> &Program {
+        &self.programs[index]
     }
 
     pub fn is_session_attr(&self, role: &str, attr: &str) -> bool {
@@ -108,5 +352,57 @@ impl Compiled {
             .role(role)
             .and_then(|r| r.attributes.iter().find(|a| a.name.name == attr))
             .is_some_and(|a| matches!(a.ty, AttrType::Session(_)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONTRACT: &str = r#"
+service t
+role Caller holds state {
+  msr: session Msr once
+  p2t: session Caller
+  a_rather_long_attribute_name: string
+  a_rather_long_attribute_other: string
+}
+role Msr {
+  caller: session Caller once
+  state via caller
+}
+states { initial Idle, Busy, final Done }
+transition T1: Idle -> Busy
+  when msg.method == INVITE && msg.sips.role == null
+  handles msg.sips
+transition T2: Busy -> Done
+  let p = session(msg.payl)
+  when (msg.method == BYE || msg.method == CANCEL) && p != null
+  handles msg.sips, p.msr
+transition T3: Busy -> same
+  when msg.sips.role == Msr && msg.method != BYE
+  handles msg.sips
+"#;
+
+    #[test]
+    fn names_resolve_to_slots_and_guards_to_methods() {
+        let c = Compiled::new(tandem_contract::parse(CONTRACT).expect("parses")).expect("compiles");
+        assert_eq!(&c.slots[..2], ["@role", "@state"]);
+        for (i, name) in c.slots.iter().enumerate() {
+            assert_eq!(c.slot(name), Some(i), "{name}");
+        }
+        assert_eq!(c.slot("a_rather_long_attribute_third"), None);
+        assert_eq!(c.slot("ms"), None);
+        assert_eq!(c.slot("msrx"), None);
+        let msr = c.slot("msr").expect("msr has a slot");
+        let caller = c.role_index("Caller");
+        assert!(c.is_once_slot(caller, msr) && c.is_once_slot(None, ROLE_SLOT));
+        assert!(!c.is_once_slot(caller, c.slot("p2t").expect("p2t")));
+        let methods = |i: usize| c.program(i).methods.clone();
+        assert_eq!(methods(0), Some(vec![SmolStr::new("INVITE")]));
+        assert_eq!(methods(1), Some(vec![SmolStr::new("BYE"), SmolStr::new("CANCEL")]));
+        assert_eq!(methods(2), None);
+        assert!(c.program(1).may_take("CANCEL") && !c.program(1).may_take("ACK") && c.program(2).may_take("ACK"));
+        assert!(matches!(c.program(1).handles[1], CNav { root: Root::Var(Some(0)), ref path } if path == &[Step::Attr(msr)]));
     }
 }

@@ -1,13 +1,13 @@
 //! The machine service: events in, negotiation, one handler arm, commit, release.
 
-use crate::compiled::Compiled;
-use crate::eval::{eval, eval_nav, nav_value, Env, Need, Value, Vars};
+use crate::compiled::{Compiled, Step, ROLE_SLOT, STATE_SLOT};
+use crate::eval::{eval, nav_value, Env, Need, Value, Vars};
 use crate::event::{Event, Trigger};
 use crate::locks::{Acquire, Key, LockTable, Ticket, GLOBAL};
 use crate::reads::{to_value, Reads};
 use crate::sorted_set::SortedSet;
 use crate::stats::ServiceStats;
-use crate::transition::{Action, Transition};
+use crate::transition::{Action, Actions, Transition};
 use smol_str::SmolStr;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -108,7 +108,13 @@ enum Outcome {
     Need(SortedSet<Key>),
     Absorb,
     Ambiguous(Vec<String>),
-    Run { transition: usize, vars: Vars, needed: SortedSet<Key> },
+    /// `holder`: the state holder of the message's session, as evaluation found it.
+    Run {
+        transition: usize,
+        vars: Vars,
+        needed: SortedSet<Key>,
+        holder: Option<SessionId>,
+    },
 }
 
 impl<H: Handler> MachineService<H> {
@@ -197,24 +203,34 @@ impl<H: Handler> MachineService<H> {
             backoffs: 0,
             prediction: None,
         });
+        let mut prediction = None;
         match self.negotiator {
             Negotiator::Global => {
                 neg.to_acquire.insert(GLOBAL);
             }
             Negotiator::SingleAssign => {
-                let prediction = self.predict(ctx, &neg);
-                neg.to_acquire.extend(prediction.keys.iter().copied());
-                neg.prediction = Some(prediction);
+                // Filled in place: a prediction is large, and is not moved unless it must wait.
+                let p = prediction.insert(Prediction { outcome: Outcome::Absorb, reads: Reads::default(), keys: SortedSet::new() });
+                self.predict(ctx, &neg, p);
+                neg.to_acquire.extend(p.keys.iter().copied());
             }
             Negotiator::Ordered => {}
         }
-        self.drive(ctx, neg);
+        self.drive_with(ctx, neg, &mut prediction);
+    }
+
+    /// Resumes a negotiation handed a lock (its prediction, if any, travels with it).
+    fn drive(&self, ctx: &mut Context<'_>, neg: Box<Negotiation>) {
+        self.drive_with(ctx, neg, &mut None);
     }
 
     /// Acquires what is pending, evaluates, and either runs the transition, absorbs the
     /// message, or parks (the negotiation then waits in a lock queue and is resumed by the
     /// transition that releases the lock, on this executor).
-    fn drive(&self, ctx: &mut Context<'_>, mut neg: Box<Negotiation>) {
+    ///
+    /// `prediction` is the single-assignment negotiator's unlocked evaluation while it is on
+    /// this stack; it moves into the negotiation (boxed) only if the negotiation has to wait.
+    fn drive_with(&self, ctx: &mut Context<'_>, mut neg: Box<Negotiation>, prediction: &mut Option<Prediction>) {
         loop {
             while let Some(k) = neg.to_acquire.pop_first() {
                 if neg.held.contains(&k) {
@@ -222,7 +238,22 @@ impl<H: Handler> MachineService<H> {
                 }
                 debug_assert!(neg.held.last().is_none_or(|m| *m < k), "acquisition out of order");
                 let ticket = neg.ticket;
-                match self.locks.acquire(k, ticket, neg) {
+                // Free locks are taken without touching the prediction; a busy one queues the
+                // negotiation, which then carries its prediction.
+                let mut busy = match self.locks.try_acquire(k, ticket, neg) {
+                    Acquire::Acquired(n) => {
+                        neg = n;
+                        neg.held.insert(k);
+                        continue;
+                    }
+                    Acquire::Busy(n) => n,
+                    // `try_acquire` never queues.
+                    Acquire::Queued => return,
+                };
+                if let Some(p) = prediction.take() {
+                    busy.prediction = Some(Box::new(p));
+                }
+                match self.locks.acquire(k, ticket, busy) {
                     Acquire::Acquired(n) | Acquire::Busy(n) => {
                         neg = n;
                         neg.held.insert(k);
@@ -243,13 +274,26 @@ impl<H: Handler> MachineService<H> {
             // outcome. Checking costs one look-up per session read, where evaluating again walks
             // every candidate's guard; it is done only when something changed (or was read that
             // the record cannot check, e.g. an application session's attribute).
-            let outcome = match neg.prediction.take() {
-                Some(p) if p.keys.iter().all(|k| neg.held.contains(k)) && p.reads.unchanged(ctx) => p.outcome,
-                Some(_) => {
-                    self.stats.reevaluations.fetch_add(1, Relaxed);
+            let had_prediction = prediction.is_some() || neg.prediction.is_some();
+            let predicted = {
+                let Negotiation { held, prediction: boxed, .. } = &mut *neg;
+                match prediction.as_mut().or(boxed.as_deref_mut()) {
+                    Some(p) if p.keys.iter().all(|k| held.contains(k)) && p.reads.unchanged(ctx, &self.compiled) => {
+                        Some(std::mem::replace(&mut p.outcome, Outcome::Absorb))
+                    }
+                    _ => None,
+                }
+            };
+            *prediction = None;
+            neg.prediction = None;
+            let outcome = match predicted {
+                Some(outcome) => outcome,
+                None => {
+                    if had_prediction {
+                        self.stats.reevaluations.fetch_add(1, Relaxed);
+                    }
                     self.evaluate(ctx, &neg)
                 }
-                None => self.evaluate(ctx, &neg),
             };
             match outcome {
                 Outcome::Need(wanted) => self.plan(ctx, &mut neg, wanted),
@@ -263,10 +307,10 @@ impl<H: Handler> MachineService<H> {
                     self.stats.ambiguous.fetch_add(1, Relaxed);
                     return self.release_all(ctx, neg);
                 }
-                Outcome::Run { transition, vars, needed } => {
+                Outcome::Run { transition, vars, needed, holder } => {
                     let missing: SortedSet<Key> = needed.difference(&neg.held).copied().collect();
                     if missing.is_empty() || self.negotiator == Negotiator::Global {
-                        return self.run(ctx, neg, transition, vars, needed);
+                        return self.run(ctx, neg, transition, vars, needed, holder);
                     }
                     self.plan(ctx, &mut neg, missing);
                 }
@@ -325,9 +369,8 @@ impl<H: Handler> MachineService<H> {
 
     /// The sessions a message will most likely need, read without locks, and the outcome
     /// those reads give (a hint only: it stands only if the reads still hold under the locks).
-    fn predict(&self, ctx: &mut Context<'_>, neg: &Negotiation) -> Box<Prediction> {
-        let mut p = Box::new(Prediction { outcome: Outcome::Absorb, reads: Reads::default(), keys: SortedSet::new() });
-        let Prediction { outcome, reads, keys } = &mut *p;
+    fn predict(&self, ctx: &mut Context<'_>, neg: &Negotiation, p: &mut Prediction) {
+        let Prediction { outcome, reads, keys } = p;
         let mut env = self.env(ctx, neg, Some(keys), reads);
         // Prediction reads never need a lock, so this is always `Ok`.
         *outcome = select(&mut env).unwrap_or_else(|Need(id)| Outcome::Need([key(id)].into()));
@@ -336,12 +379,19 @@ impl<H: Handler> MachineService<H> {
         if let Outcome::Run { needed, .. } = outcome {
             keys.extend(needed.iter().copied());
         }
-        p
     }
 
     /// Runs the arm with access to the dynamic contract's sessions (`needed`: what the handles
     /// traverse, and the state holders) — not to sessions only the guard looked at.
-    fn run(&self, ctx: &mut Context<'_>, neg: Box<Negotiation>, transition: usize, vars: Vars, needed: SortedSet<Key>) {
+    fn run(
+        &self,
+        ctx: &mut Context<'_>,
+        neg: Box<Negotiation>,
+        transition: usize,
+        vars: Vars,
+        needed: SortedSet<Key>,
+        holder: Option<SessionId>,
+    ) {
         let negotiated = ctx.now().saturating_duration_since(neg.started);
         let t = self.compiled.transition(transition);
         let started = Instant::now();
@@ -352,7 +402,7 @@ impl<H: Handler> MachineService<H> {
         let stats = &self.stats.transitions[transition];
         match result {
             Ok(()) => {
-                self.commit_state(ctx, &neg, transition, &vars, done.created_sips);
+                self.commit_state(ctx, &neg, transition, &vars, done.created_sips, holder);
                 apply(ctx, &neg.event, done.actions);
                 self.finish_executions(ctx, &neg, transition, &vars, done.created_sips);
                 stats.count.fetch_add(1, Relaxed);
@@ -372,20 +422,34 @@ impl<H: Handler> MachineService<H> {
     }
 
     /// Sets the state of this execution and of those the transition `moves`.
-    fn commit_state(&self, ctx: &mut Context<'_>, neg: &Negotiation, transition: usize, vars: &Vars, created: Option<SessionId>) {
+    fn commit_state(
+        &self,
+        ctx: &mut Context<'_>,
+        neg: &Negotiation,
+        transition: usize,
+        vars: &Vars,
+        created: Option<SessionId>,
+        evaluated: Option<SessionId>,
+    ) {
         let t = self.compiled.transition(transition);
         let stays = t.stays;
         let sips = neg.event.session.or(created);
-        if let Some(holder) = sips.and_then(|s| self.holder(ctx, s)) {
+        // A session that holds its execution's state still does (roles never change): no
+        // look-up then.
+        let holder = match (neg.event.session, evaluated) {
+            (Some(s), Some(h)) if s == h => Some(h),
+            _ => sips.and_then(|s| self.holder(ctx, s)),
+        };
+        if let Some(holder) = holder {
             if !stays {
                 set_state(ctx, holder, &t.to.name);
             }
         }
-        for mv in &t.moves {
+        for (mv, target) in t.moves.iter().zip(&self.compiled.program(transition).moves) {
             let target = {
                 let mut reads = Reads::default();
                 let mut env = self.env(ctx, neg, None, &mut reads);
-                nav_value(&mv.target, &mut env, vars, None)
+                nav_value(target, &mut env, vars, None)
             };
             if let Ok(Value::Session(s)) = target {
                 if let Some(holder) = self.holder(ctx, s) {
@@ -402,10 +466,11 @@ impl<H: Handler> MachineService<H> {
         if self.compiled.finals.contains(&t.to.name) {
             ended.extend(neg.event.session.or(created));
         }
-        for mv in t.moves.iter().filter(|m| self.compiled.finals.contains(&m.to.name)) {
+        let targets = &self.compiled.program(transition).moves;
+        for (_, target) in t.moves.iter().zip(targets).filter(|(m, _)| self.compiled.finals.contains(&m.to.name)) {
             let mut reads = Reads::default();
             let mut env = self.env(ctx, neg, None, &mut reads);
-            if let Ok(Value::Session(s)) = nav_value(&mv.target, &mut env, vars, None) {
+            if let Ok(Value::Session(s)) = nav_value(target, &mut env, vars, None) {
                 ended.push(s);
             }
         }
@@ -441,8 +506,8 @@ fn select<H: Handler>(env: &mut EvalEnv<'_, '_, H>) -> Result<Outcome, Need> {
     let compiled = &env.engine.compiled;
     let sips = env.message(&NavRoot::MsgSips);
     let state = match &sips {
-        Value::NewSession => SmolStr::new(&compiled.initial),
-        Value::Session(id) => match env.session_attr(*id, "state")? {
+        Value::NewSession => compiled.initial_text.clone(),
+        Value::Session(id) => match env.session_step(*id, Step::State)? {
             Value::Str(s) => s,
             _ => return Ok(Outcome::Absorb),
         },
@@ -450,13 +515,16 @@ fn select<H: Handler>(env: &mut EvalEnv<'_, '_, H>) -> Result<Outcome, Need> {
     };
     let mut enabled: smallvec::SmallVec<[(usize, Vars); 1]> = smallvec::SmallVec::new();
     for &index in compiled.candidates(&state) {
-        let t = compiled.transition(index);
-        let mut vars = Vars::default();
-        for l in &t.lets {
-            let v = eval(&l.value, env, &vars)?;
-            vars.bind(&l.name.name, v);
+        let p = compiled.program(index);
+        if !p.may_take(env.method()) {
+            continue;
         }
-        if eval(&t.guard, env, &vars)? == Value::Bool(true) {
+        let mut vars = Vars::default();
+        for l in &p.lets {
+            let v = eval(l, env, &vars)?;
+            vars.push(v);
+        }
+        if eval(&p.guard, env, &vars)? == Value::Bool(true) {
             enabled.push((index, vars));
         }
     }
@@ -464,29 +532,31 @@ fn select<H: Handler>(env: &mut EvalEnv<'_, '_, H>) -> Result<Outcome, Need> {
         return Ok(Outcome::Ambiguous(enabled.iter().map(|(i, _)| compiled.transition(*i).name.name.clone()).collect()));
     }
     let Some((index, vars)) = enabled.pop() else { return Ok(Outcome::Absorb) };
-    let t = compiled.transition(index);
+    let p = compiled.program(index);
     let mut traversed = SortedSet::new();
-    for nav in t.handles.iter().chain(t.moves.iter().map(|m| &m.target)) {
-        eval_nav(nav, env, &vars, &mut traversed)?;
+    for nav in p.handles.iter().chain(&p.moves) {
+        nav_value(nav, env, &vars, Some(&mut traversed))?;
     }
     // The state holders written by the transition are needed too.
+    let mut holder = None;
     if let Value::Session(id) = sips {
         traversed.insert(id);
-        if let Some(h) = state_holder(env, id)? {
+        holder = state_holder(env, id)?;
+        if let Some(h) = holder {
             traversed.insert(h);
         }
     }
-    Ok(Outcome::Run { transition: index, vars, needed: traversed.into_iter().map(key).collect() })
+    Ok(Outcome::Run { transition: index, vars, needed: traversed.into_iter().map(key).collect(), holder })
 }
 
 fn state_holder<H: Handler>(env: &mut EvalEnv<'_, '_, H>, id: SessionId) -> Result<Option<SessionId>, Need> {
-    let Value::Str(role) = env.session_attr(id, "role")? else { return Ok(None) };
+    let Value::Str(role) = env.session_step(id, Step::Role)? else { return Ok(None) };
     let Some(info) = env.engine.compiled.role(&role) else { return Ok(None) };
     if info.holds_state {
         return Ok(Some(id));
     }
-    let Some(via) = info.state_via.clone() else { return Ok(None) };
-    Ok(match env.session_attr(id, &via)? {
+    let Some(via) = info.state_via_slot else { return Ok(None) };
+    Ok(match env.session_step(id, Step::Attr(via))? {
         Value::Session(h) => Some(h),
         _ => None,
     })
@@ -503,7 +573,7 @@ struct EvalEnv<'e, 'a, H: Handler> {
 }
 
 impl<H: Handler> EvalEnv<'_, '_, H> {
-    fn readable(&mut self, id: SessionId, role: Option<&str>, attr: &str, set: bool) -> bool {
+    fn readable(&mut self, id: SessionId, role: Option<usize>, slot: usize, set: bool) -> bool {
         if let Some(p) = self.predict.as_deref_mut() {
             p.insert(key(id));
             return true;
@@ -511,7 +581,7 @@ impl<H: Handler> EvalEnv<'_, '_, H> {
         match self.engine.negotiator {
             Negotiator::Global => true,
             _ if self.neg.held.contains(&key(id)) => true,
-            Negotiator::SingleAssign => set && self.engine.compiled.is_once(role, attr),
+            Negotiator::SingleAssign => set && self.engine.compiled.is_once_slot(role, slot),
             Negotiator::Ordered => false,
         }
     }
@@ -544,49 +614,47 @@ impl<H: Handler> Env for EvalEnv<'_, '_, H> {
         Ok(self.ctx.with_app(app, |a| to_value(a.attributes.get(name))).unwrap_or(Value::Null))
     }
 
-    fn session_attr(&mut self, id: SessionId, name: &str) -> Result<Value, Need> {
-        let attr = match name {
-            "role" => ROLE,
-            "state" => STATE,
-            other => other,
-        };
-        let Some((role, value)) = self.reads.session(self.ctx, id, attr) else { return Ok(Value::Null) };
-        let role = match role {
-            Value::Str(role) => Some(role),
-            _ => None,
-        };
-        match name {
-            "role" => {
-                if self.readable(id, role.as_deref(), "role", role.is_some()) {
-                    Ok(value)
+    fn session_step(&mut self, id: SessionId, step: Step) -> Result<Value, Need> {
+        let compiled = &self.engine.compiled;
+        let Some(entry) = self.reads.load(self.ctx, compiled, id) else { return Ok(Value::Null) };
+        let role = self.reads.role(entry);
+        // Every step depends on the role (readability, where the state is): it is recorded.
+        let role_set = matches!(self.reads.value(entry, ROLE_SLOT), Value::Str(_));
+        match step {
+            Step::Role => {
+                if self.readable(id, role, ROLE_SLOT, role_set) {
+                    Ok(self.reads.value(entry, ROLE_SLOT).clone())
                 } else {
                     Err(Need(id))
                 }
             }
-            "state" => {
-                let Some(role_name) = role.clone() else { return Ok(Value::Null) };
-                if !self.readable(id, Some(&role_name), "role", true) {
+            Step::State => {
+                if !role_set {
+                    return Ok(Value::Null);
+                }
+                if !self.readable(id, role, ROLE_SLOT, true) {
                     return Err(Need(id));
                 }
-                let Some(info) = self.engine.compiled.role(&role_name) else { return Ok(Value::Null) };
+                let Some(info) = role.map(|r| compiled.role_at(r)) else { return Ok(Value::Null) };
                 if info.holds_state {
                     // The state changes: only its holder's lock makes it stable.
                     if self.predict.is_some() || self.engine.negotiator == Negotiator::Global || self.neg.held.contains(&key(id)) {
-                        return Ok(match value {
-                            Value::Null => Value::Str(SmolStr::new(&self.engine.compiled.initial)),
-                            v => v,
+                        return Ok(match self.reads.value(entry, STATE_SLOT) {
+                            Value::Null => Value::Str(compiled.initial_text.clone()),
+                            v => v.clone(),
                         });
                     }
                     return Err(Need(id));
                 }
-                let Some(via) = info.state_via.clone() else { return Ok(Value::Null) };
-                match self.session_attr(id, &via)? {
-                    Value::Session(holder) => self.session_attr(holder, "state"),
+                let Some(via) = info.state_via_slot else { return Ok(Value::Null) };
+                match self.session_step(id, Step::Attr(via))? {
+                    Value::Session(holder) => self.session_step(holder, Step::State),
                     _ => Ok(Value::Null),
                 }
             }
-            attr => {
-                if self.readable(id, role.as_deref(), attr, value != Value::Null) {
+            Step::Attr(slot) => {
+                let value = self.reads.value(entry, slot).clone();
+                if self.readable(id, role, slot, value != Value::Null) {
                     Ok(value)
                 } else {
                     Err(Need(id))
@@ -597,7 +665,7 @@ impl<H: Handler> Env for EvalEnv<'_, '_, H> {
 
     fn session_of(&mut self, text: &str) -> Value {
         match text.parse::<SessionId>() {
-            Ok(id) if self.reads.exists(self.ctx, id) => Value::Session(id),
+            Ok(id) if self.reads.exists(self.ctx, &self.engine.compiled, id) => Value::Session(id),
             _ => Value::Null,
         }
     }
@@ -610,8 +678,8 @@ impl<H: Handler> Env for EvalEnv<'_, '_, H> {
         }
     }
 
-    fn initial_state(&self) -> &str {
-        &self.engine.compiled.initial
+    fn initial_state(&self) -> Value {
+        Value::Str(self.engine.compiled.initial_text.clone())
     }
 }
 
@@ -632,7 +700,7 @@ fn answer_absorbed(ctx: &mut Context<'_>, event: &Event) {
 
 /// Sends what the arm sent, now that the transition commits. Sends on a session owned by
 /// another executor are posted there.
-fn apply(ctx: &mut Context<'_>, event: &Event, actions: Vec<Action>) {
+fn apply(ctx: &mut Context<'_>, event: &Event, actions: Actions) {
     for action in actions {
         match action {
             Action::Respond { status, headers, body } => {
@@ -644,11 +712,16 @@ fn apply(ctx: &mut Context<'_>, event: &Event, actions: Vec<Action>) {
                 }
             }
             Action::OnSession { session, op } => {
-                let home = ctx.home_of(session);
-                match home {
-                    Some(h) if h != ctx.executor() => ctx.post(h, Box::new(move |ctx: &mut Context<'_>| op.apply(ctx, session))),
-                    Some(_) => op.apply(ctx, session),
-                    None => {}
+                // One look-up: the session's home, and the action itself when it is this
+                // executor's.
+                let Some(cell) = ctx.session(session) else { continue };
+                let mut s = cell.lock();
+                if s.home == ctx.executor() {
+                    op.apply_on(ctx, &mut s);
+                } else {
+                    let home = s.home;
+                    drop(s);
+                    ctx.post(home, Box::new(move |ctx: &mut Context<'_>| op.apply(ctx, session)));
                 }
             }
         }

@@ -1,34 +1,45 @@
 //! What one evaluation read of the sessions. It serves twice:
 //!
 //! - as a cache: a guard, the handles and the state lookup navigate through the same few
-//!   sessions, and each attribute is read from the session store once per evaluation instead of
-//!   once per navigation step;
+//!   sessions; the first time evaluation reaches a session, every attribute the contract can
+//!   read (its slots, see [`Compiled::slots`]) is copied out under one look-up and one lock, and
+//!   the rest of the evaluation reads the copy;
 //! - as the record of an unlocked evaluation (the single-assignment negotiator's prediction),
-//!   checked once the sessions are held: if every attribute still reads the same, the locked
-//!   evaluation would reach the same outcome, and it is not run (see `MachineService::drive`).
+//!   checked once the sessions are held: if every attribute it used still reads the same, the
+//!   locked evaluation would reach the same outcome, and it is not run (see
+//!   `MachineService::drive`).
 
-use crate::engine::ROLE;
+use crate::compiled::{Compiled, ROLE_SLOT};
 use crate::eval::Value;
 use smallvec::SmallVec;
 use smol_str::SmolStr;
 use tandem_container::{AttrValue, Context, SessionId};
 
-/// One thing an evaluation found out about a session.
-enum Seen {
-    /// The session does not exist (every attribute of it reads Null).
-    Missing,
-    /// The session exists (`session(text)`).
-    Present,
-    /// A raw attribute (`@role`, `@state`, a declared name) and the value read.
-    Attr(SmolStr, Value),
+/// One session an evaluation reached.
+struct Entry {
+    id: SessionId,
+    /// Whether the session existed (if not, every attribute of it reads Null).
+    exists: bool,
+    /// The index of its role in the contract, if its `@role` names one.
+    role: Option<usize>,
+    /// Where its slots start in `Reads::values`.
+    base: usize,
+    /// The slots evaluation used (bit `min(slot, 63)`): what `unchanged` checks.
+    used: u64,
 }
 
 #[derive(Default)]
 pub(crate) struct Reads {
-    seen: SmallVec<[(SessionId, Seen); 6]>,
+    entries: SmallVec<[Entry; 4]>,
+    /// The sessions' slots, `slots.len()` per existing entry.
+    values: SmallVec<[Value; 16]>,
     /// Something was read that this record cannot check later (an application session's
-    /// attribute, or a session that disappeared during the evaluation).
+    /// attribute).
     unrepeatable: bool,
+}
+
+fn bit(slot: usize) -> u64 {
+    1 << slot.min(63)
 }
 
 pub(crate) fn to_value(v: Option<&AttrValue>) -> Value {
@@ -56,64 +67,49 @@ fn same(stored: Option<&AttrValue>, read: &Value) -> bool {
 }
 
 impl Reads {
-    /// The session's role attribute and raw attribute `attr` (None: no such session).
-    pub fn session(&mut self, ctx: &mut Context<'_>, id: SessionId, attr: &str) -> Option<(Value, Value)> {
-        let (mut known, mut role, mut value) = (false, None, None);
-        for (_, seen) in self.seen.iter().filter(|(s, _)| *s == id) {
-            match seen {
-                Seen::Missing => return None,
-                Seen::Present => known = true,
-                Seen::Attr(name, v) => {
-                    known = true;
-                    if name == ROLE {
-                        role = Some(v);
-                    }
-                    if name == attr {
-                        value = Some(v);
+    /// The entry of session `id` (None: no such session), copying its slots out the first time.
+    pub fn load(&mut self, ctx: &mut Context<'_>, compiled: &Compiled, id: SessionId) -> Option<usize> {
+        if let Some(at) = self.entries.iter().position(|e| e.id == id) {
+            return self.entries[at].exists.then_some(at);
+        }
+        let base = self.values.len();
+        let values = &mut self.values;
+        let exists = ctx
+            .with_session(id, |_, s| {
+                values.reserve(compiled.slots.len());
+                for _ in 0..compiled.slots.len() {
+                    values.push(Value::Null);
+                }
+                for (name, v) in s.attributes.iter() {
+                    if let Some(slot) = compiled.slot(name) {
+                        values[base + slot] = to_value(Some(v));
                     }
                 }
-            }
-        }
-        if let (Some(role), Some(value)) = (role, value) {
-            return Some((role.clone(), value.clone()));
-        }
-        // What this evaluation saw first stands (the role never changes anyway).
-        let (role, value) = (role.cloned(), value.cloned());
-        let Some((fresh_role, fresh_value)) = ctx.with_session(id, |_, s| {
-            (role.is_none().then(|| to_value(s.attributes.get(ROLE))), value.is_none().then(|| to_value(s.attributes.get(attr))))
-        }) else {
-            if known {
-                // It was there earlier in this evaluation and is gone now.
-                self.unrepeatable = true;
-            } else {
-                self.seen.push((id, Seen::Missing));
-            }
-            return None;
+            })
+            .is_some();
+        let role = match self.values.get(base + ROLE_SLOT) {
+            Some(Value::Str(role)) if exists => compiled.role_index(role),
+            _ => None,
         };
-        let role = role.or_else(|| {
-            self.seen.push((id, Seen::Attr(SmolStr::new_static(ROLE), fresh_role.clone().unwrap_or(Value::Null))));
-            fresh_role
-        });
-        let value = match value {
-            Some(v) => v,
-            None if attr == ROLE => role.clone().unwrap_or(Value::Null),
-            None => {
-                let v = fresh_value.unwrap_or(Value::Null);
-                self.seen.push((id, Seen::Attr(SmolStr::new(attr), v.clone())));
-                v
-            }
-        };
-        Some((role.unwrap_or(Value::Null), value))
+        self.entries.push(Entry { id, exists, role, base, used: 0 });
+        exists.then_some(self.entries.len() - 1)
+    }
+
+    /// The role (index) of a loaded session.
+    pub fn role(&self, entry: usize) -> Option<usize> {
+        self.entries[entry].role
+    }
+
+    /// Slot `slot` of a loaded session, noting that evaluation used it.
+    pub fn value(&mut self, entry: usize, slot: usize) -> &Value {
+        let e = &mut self.entries[entry];
+        e.used |= bit(slot);
+        &self.values[e.base + slot]
     }
 
     /// Whether session `id` exists.
-    pub fn exists(&mut self, ctx: &Context<'_>, id: SessionId) -> bool {
-        if let Some((_, seen)) = self.seen.iter().find(|(s, _)| *s == id) {
-            return !matches!(seen, Seen::Missing);
-        }
-        let exists = ctx.session(id).is_some();
-        self.seen.push((id, if exists { Seen::Present } else { Seen::Missing }));
-        exists
+    pub fn exists(&mut self, ctx: &mut Context<'_>, compiled: &Compiled, id: SessionId) -> bool {
+        self.load(ctx, compiled, id).is_some()
     }
 
     /// An application session's attribute was read: not recorded, so not checkable.
@@ -121,29 +117,28 @@ impl Reads {
         self.unrepeatable = true;
     }
 
-    /// Whether every session still exists (or not) as read, with every attribute read still
+    /// Whether every session still exists (or not) as read, with every attribute used still
     /// holding the value read. One look-up per session.
-    pub fn unchanged(&self, ctx: &mut Context<'_>) -> bool {
+    pub fn unchanged(&self, ctx: &mut Context<'_>, compiled: &Compiled) -> bool {
         if self.unrepeatable {
             return false;
         }
-        let seen = &self.seen;
-        seen.iter().enumerate().all(|(i, (id, first))| {
-            // Each session once, at its first record.
-            if seen[..i].iter().any(|(s, _)| s == id) {
-                return true;
+        self.entries.iter().all(|e| {
+            if !e.exists {
+                return ctx.session(e.id).is_none();
             }
-            let found = ctx.with_session(*id, |_, s| {
-                seen[i..].iter().filter(|(r, _)| r == id).all(|(_, seen)| match seen {
-                    Seen::Missing => false,
-                    Seen::Present => true,
-                    Seen::Attr(name, v) => same(s.attributes.get(name.as_str()), v),
-                })
-            });
-            match found {
-                Some(same) => same,
-                None => matches!(first, Seen::Missing),
-            }
+            let values = &self.values[e.base..e.base + compiled.slots.len()];
+            // Few slots are used (the role, the state): looked up by name.
+            ctx.with_session(e.id, |_, s| {
+                compiled
+                    .slots
+                    .iter()
+                    .zip(values)
+                    .enumerate()
+                    .filter(|(slot, _)| e.used & bit(*slot) != 0)
+                    .all(|(_, (name, v))| same(s.attributes.get(name), v))
+            })
+            .unwrap_or(false)
         })
     }
 }

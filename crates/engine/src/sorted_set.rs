@@ -20,6 +20,19 @@ impl<T: Ord + Copy> SortedSet<T> {
 
     /// Adds `value`; false if it was there already.
     pub fn insert(&mut self, value: T) -> bool {
+        // Values often come in order, or again.
+        match self.0.last() {
+            None => {
+                self.0.push(value);
+                return true;
+            }
+            Some(last) if *last < value => {
+                self.0.push(value);
+                return true;
+            }
+            Some(last) if *last == value => return false,
+            Some(_) => {}
+        }
         match self.0.binary_search(&value) {
             Ok(_) => false,
             Err(at) => {

@@ -35,14 +35,19 @@ pub(crate) enum SessionOp {
 
 impl SessionOp {
     pub(crate) fn apply(self, ctx: &mut Context<'_>, session: SessionId) {
-        let result = ctx.with_session(session, |ctx, s| match self {
+        ctx.with_session(session, |ctx, s| self.apply_on(ctx, s));
+    }
+
+    /// Applies the action to `s`, locked by the caller.
+    pub(crate) fn apply_on(self, ctx: &mut Context<'_>, s: &mut SipSession) {
+        let result = match self {
             SessionOp::Answer { status, body } => ctx.answer_session(s, status, body.as_ref().map(|(c, b)| (c.as_str(), &b[..]))),
             SessionOp::Send { method, body } => ctx.send_in_dialog(s, method, body.as_ref().map(|(c, b)| (c.as_str(), &b[..]))),
             SessionOp::Bye => ctx.send_bye_on(s),
             SessionOp::Cancel => ctx.cancel_invite(s),
-        });
-        if let Some(Err(e)) = result {
-            tracing::debug!(error = %e, %session, "action at commit failed");
+        };
+        if let Err(e) = result {
+            tracing::debug!(error = %e, session = %s.id, "action at commit failed");
         }
     }
 }
@@ -52,8 +57,11 @@ pub(crate) enum Action {
     OnSession { session: SessionId, op: SessionOp },
 }
 
+/// What an arm sends.
+pub(crate) type Actions = Vec<Action>;
+
 pub(crate) struct Done {
-    pub actions: Vec<Action>,
+    pub actions: Actions,
     pub created_sips: Option<SessionId>,
     pub created_apps: Vec<AppSessionId>,
 }
@@ -67,7 +75,7 @@ pub struct Transition<'c, 'a> {
     created: Vec<SessionId>,
     created_sips: Option<SessionId>,
     created_apps: Vec<AppSessionId>,
-    actions: Vec<Action>,
+    actions: Actions,
 }
 
 impl<'c, 'a> Transition<'c, 'a> {

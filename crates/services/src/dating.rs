@@ -41,6 +41,8 @@ static PROFILE: UaProfile = UaProfile {
 
 pub struct Dating {
     media: Destination,
+    /// `sip:media@IP:PORT`, made once.
+    media_uri: String,
 }
 
 fn err(what: &str) -> HandlerError {
@@ -74,8 +76,7 @@ impl Handler for Dating {
                 let caller = t.accept()?;
                 t.set_role(caller, "Caller")?;
                 t.set_attr(caller, "sdp", AttrValue::Bytes(offer))?;
-                let media_uri = format!("sip:media@{}", self.media.addr);
-                let msr = t.create_leg("sip:dating@tandem.invalid", &media_uri, self.media)?;
+                let msr = t.create_leg("sip:dating@tandem.invalid", &self.media_uri, self.media)?;
                 t.set_role(msr, "Msr")?;
                 t.set_attr(msr, "caller", AttrValue::Session(caller))?;
                 t.set_attr(caller, "msr", AttrValue::Session(msr))?;
@@ -188,7 +189,8 @@ pub fn dating_service(config: &DatingConfig, negotiator: Negotiator) -> Result<A
         Some(m) if !tandem_contract::has_errors(&diagnostics) => m,
         _ => return Err(DatingError::Contract(tandem_contract::render_all(&diagnostics, "dating.machine", DATING_CONTRACT))),
     };
-    Ok(MachineService::new("dating", Compiled::new(machine)?, Dating { media }, negotiator, Some(PROFILE)))
+    let media_uri = format!("sip:media@{}", media.addr);
+    Ok(MachineService::new("dating", Compiled::new(machine)?, Dating { media, media_uri }, negotiator, Some(PROFILE)))
 }
 
 #[cfg(test)]
