@@ -131,6 +131,14 @@ def main(argv=None):
         for key in ("scenarios", "kamailio", "histograms", "memory", "rss_bytes_per_call"):
             if key in previous:
                 suite[key] = previous[key]
+        # Results kept from an older run say which run made them (before per-scenario run
+        # records, a merged file named only the latest run's commit for all of them).
+        origin = previous.get("merged_into") or {"started": previous.get("started"), "git_rev": previous.get("git_rev")}
+        kept = [x for v in suite.get("scenarios", {}).values() for x in v.values()]
+        kept += [x for v in suite.get("kamailio", {}).values() for x in v.values()]
+        for entry in kept:
+            if isinstance(entry, dict) and not entry.get("run"):
+                entry["run"] = {"started": origin.get("started"), "git_rev": origin.get("git_rev"), "set": []}
         suite["merged_into"] = {"started": previous.get("started"), "git_rev": previous.get("git_rev")}
     scenarios = [s for s in args.scenarios.split(",") if s]
     for transport in [t for t in args.transports.split(",") if t]:
