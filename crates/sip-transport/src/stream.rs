@@ -101,13 +101,8 @@ impl Link {
         let socket = &*self.socket;
         match &mut self.tls {
             Some(tls) => {
-                while tls.wants_write() {
-                    match tls.write_tls(&mut Socket(socket)) {
-                        Ok(0) => return Err(ErrorKind::WriteZero.into()),
-                        Ok(_) => {}
-                        Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
-                        Err(e) => return Err(e),
-                    }
+                if !write_tls(tls, socket)? {
+                    return Ok(false);
                 }
             }
             None => {
@@ -143,15 +138,14 @@ impl Link {
 
     /// Reads what arrived into `buf` (plaintext). Ok(0): the peer closed.
     fn read_into(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
-        if self.tls.is_none() {
+        let socket = &*self.socket;
+        let Some(tls) = &mut self.tls else {
             if buf.capacity() == buf.len() {
                 buf.reserve(4096);
             }
             let room = buf.capacity() - buf.len();
-            return read_socket(&self.socket, room, |socket| socket.try_read_buf(buf));
-        }
-        let socket = &*self.socket;
-        let Some(tls) = &mut self.tls else { return Err(ErrorKind::NotConnected.into()) };
+            return read_socket(socket, room, |socket| socket.try_read_buf(buf));
+        };
         loop {
             // Copied straight from rustls's plaintext buffer: no zeroed scratch space.
             let mut reader = tls.reader();
@@ -203,28 +197,35 @@ fn receive_tls(tls: &mut rustls::Connection, socket: &TcpStream) -> io::Result<(
     // 0 (end of stream) is recorded by rustls: its reader reports the close next.
     tls.read_tls(&mut Socket(socket))?;
     tls.process_new_packets().map_err(io::Error::other)?;
+    // What the socket does not take now goes with the next write or flush.
+    write_tls(tls, socket)?;
+    Ok(())
+}
+
+/// Writes the TLS records the session holds until none is left (true) or the socket would
+/// block (false).
+fn write_tls(tls: &mut rustls::Connection, socket: &TcpStream) -> io::Result<bool> {
     while tls.wants_write() {
         match tls.write_tls(&mut Socket(socket)) {
             Ok(0) => return Err(ErrorKind::WriteZero.into()),
             Ok(_) => {}
-            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
             Err(e) => return Err(e),
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 impl Write for Link {
     /// Plain: what the socket takes. TLS: rustls takes it all (encrypted into its buffer) and
     /// writes what the socket takes, until the limit of held-back writes.
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if self.tls.is_none() {
-            return self.socket.try_write(buf);
-        }
-        if self.pending >= self.limit && !self.flush_out()? {
+        if self.tls.is_some() && self.pending >= self.limit && !self.flush_out()? {
             return Err(ErrorKind::WouldBlock.into());
         }
-        let Some(tls) = &mut self.tls else { return Err(ErrorKind::NotConnected.into()) };
+        let Some(tls) = &mut self.tls else {
+            return self.socket.try_write(buf);
+        };
         let n = tls.writer().write(buf)?;
         self.pending += 1;
         self.flush_out()?;

@@ -25,7 +25,7 @@ use tandem_sip::{Flow, Transport};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
-use tokio_tungstenite::tungstenite::handshake::HandshakeError;
+use tokio_tungstenite::tungstenite::handshake::{HandshakeError, HandshakeRole};
 use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{self, WebSocket};
@@ -71,19 +71,7 @@ fn check_upgrade(request: &Request, mut response: Response) -> Result<Response, 
 /// the upgrade (bounded by the handshake timeout), then the connection.
 pub(crate) async fn serve_accepted(inner: Arc<Inner>, socket: Arc<TcpStream>, link: Link, rx: mpsc::Receiver<Bytes>, flow: Flow) {
     let config = ws_config(&inner);
-    let upgrade = async {
-        let mut attempt = tungstenite::accept_hdr_with_config(link, check_upgrade, Some(config));
-        loop {
-            match attempt {
-                Ok(ws) => return Ok(ws),
-                Err(HandshakeError::Interrupted(mid)) => {
-                    more_io(&socket).await;
-                    attempt = mid.handshake();
-                }
-                Err(HandshakeError::Failure(e)) => return Err(e),
-            }
-        }
-    };
+    let upgrade = finish_upgrade(&socket, tungstenite::accept_hdr_with_config(link, check_upgrade, Some(config)));
     match tokio::time::timeout(inner.config.tls_handshake_timeout, upgrade).await {
         Ok(Ok(ws)) => established(inner, socket, ws, rx, flow).await,
         Ok(Err(e)) => upgrade_failed(&inner, flow, &e.to_string()),
@@ -103,19 +91,7 @@ pub(crate) async fn serve_connected(inner: Arc<Inner>, socket: Arc<TcpStream>, l
         Err(e) => return upgrade_failed(&inner, flow, &e.to_string()),
     };
     let config = ws_config(&inner);
-    let upgrade = async {
-        let mut attempt = tungstenite::client::client_with_config(request, link, Some(config));
-        loop {
-            match attempt {
-                Ok(done) => return Ok(done),
-                Err(HandshakeError::Interrupted(mid)) => {
-                    more_io(&socket).await;
-                    attempt = mid.handshake();
-                }
-                Err(HandshakeError::Failure(e)) => return Err(e),
-            }
-        }
-    };
+    let upgrade = finish_upgrade(&socket, tungstenite::client::client_with_config(request, link, Some(config)));
     match tokio::time::timeout(inner.config.tls_handshake_timeout, upgrade).await {
         Ok(Ok((ws, response))) => {
             let agreed = response.headers().get("sec-websocket-protocol").and_then(|v| v.to_str().ok()) == Some(SUBPROTOCOL);
@@ -130,12 +106,25 @@ pub(crate) async fn serve_connected(inner: Arc<Inner>, socket: Arc<TcpStream>, l
     }
 }
 
-/// Until an interrupted upgrade may go on: the peer sent more, or (rarely: the socket did not
-/// take the whole request or response) a moment passed.
-async fn more_io(socket: &TcpStream) {
-    tokio::select! {
-        _ = socket.readable() => {}
-        _ = tokio::time::sleep(Duration::from_millis(5)) => {}
+/// Drives tungstenite's synchronous upgrade (server or client side) on the non-blocking link:
+/// an interrupted attempt goes on when the peer sent more, or (rarely: the socket did not take
+/// the whole request or response) after a moment.
+async fn finish_upgrade<Role: HandshakeRole>(
+    socket: &TcpStream,
+    mut attempt: Result<Role::FinalResult, HandshakeError<Role>>,
+) -> Result<Role::FinalResult, tungstenite::Error> {
+    loop {
+        match attempt {
+            Ok(done) => return Ok(done),
+            Err(HandshakeError::Failure(e)) => return Err(e),
+            Err(HandshakeError::Interrupted(mid)) => {
+                tokio::select! {
+                    _ = socket.readable() => {}
+                    _ = tokio::time::sleep(Duration::from_millis(5)) => {}
+                }
+                attempt = mid.handshake();
+            }
+        }
     }
 }
 
