@@ -82,18 +82,22 @@ impl CoreState {
             }
             return Ok(());
         }
-        let natural = next_hop_of(msg, req.consumed_route);
-        let is_self = natural.is_some_and(|d| {
-            self.locals.listeners.iter().any(|l| l.addr == d.addr || (l.addr.ip().is_unspecified() && l.addr.port() == d.addr.port()))
-        });
-        let dest = match (options.destination, natural) {
-            (Some(d), _) => d,
-            (None, Some(d)) if !is_self => d,
-            (None, _) => match options.fallback {
-                Some(d) => d,
-                None if is_self => return self.answer_upstream(now, req, 482, Some("the request is addressed to this proxy")),
-                None => return self.answer_upstream(now, req, 503, Some("cannot resolve the target (IP addresses only)")),
-            },
+        // The request's own next hop (Route, else Request-URI) only matters without a given
+        // destination: not parsed for the initial requests of a proxy with a next hop.
+        let dest = match options.destination {
+            Some(d) => d,
+            None => {
+                let natural = next_hop_of(msg, req.consumed_route);
+                let is_self = natural.is_some_and(|d| {
+                    self.locals.listeners.iter().any(|l| l.addr == d.addr || (l.addr.ip().is_unspecified() && l.addr.port() == d.addr.port()))
+                });
+                match (natural, options.fallback) {
+                    (Some(d), _) if !is_self => d,
+                    (_, Some(d)) => d,
+                    (_, None) if is_self => return self.answer_upstream(now, req, 482, Some("the request is addressed to this proxy")),
+                    (_, None) => return self.answer_upstream(now, req, 503, Some("cannot resolve the target (IP addresses only)")),
+                }
+            }
         };
         let Some(listener) = self.locals.for_transport(dest.transport).cloned() else {
             return self.answer_upstream(now, req, 503, Some("no listener for the target's transport"));
