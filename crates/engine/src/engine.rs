@@ -610,8 +610,8 @@ fn select<H: Handler>(env: &mut EvalEnv<'_, '_, H>) -> Result<Outcome, Need> {
 }
 
 fn state_holder<H: Handler>(env: &mut EvalEnv<'_, '_, H>, id: SessionId) -> Result<Option<SessionId>, Need> {
-    let Value::Str(role) = env.session_step(id, Step::Role)? else { return Ok(None) };
-    let Some(info) = env.engine.compiled.role(&role) else { return Ok(None) };
+    let Some(Some(role)) = env.role_of(id)? else { return Ok(None) };
+    let info = env.engine.compiled.role_at(role);
     if info.holds_state {
         return Ok(Some(id));
     }
@@ -644,6 +644,26 @@ impl<H: Handler> EvalEnv<'_, '_, H> {
             Negotiator::SingleAssign => set && self.engine.compiled.is_once_slot(role, slot),
             Negotiator::Ordered => false,
         }
+    }
+}
+
+impl<H: Handler> EvalEnv<'_, '_, H> {
+    /// `id.role` as [`Env::sips_role`] gives it (the same reads, readability and record as
+    /// `session_step(id, Step::Role)`).
+    fn role_of(&mut self, id: SessionId) -> Result<Option<Option<usize>>, Need> {
+        let compiled = &self.engine.compiled;
+        let Some(entry) = self.reads.load(self.ctx, compiled, id) else { return Ok(None) };
+        let role = self.reads.role(entry);
+        let (role_set, null) = match self.reads.value(entry, ROLE_SLOT) {
+            Value::Str(_) => (true, false),
+            Value::Null => (false, true),
+            _ => (false, false),
+        };
+        if !self.readable(id, role, ROLE_SLOT, role_set) {
+            return Err(Need(id));
+        }
+        // A stored role that is not a text is no declared role (and not null).
+        Ok((!null).then_some(role))
     }
 }
 
@@ -722,6 +742,14 @@ impl<H: Handler> Env for EvalEnv<'_, '_, H> {
                     Err(Need(id))
                 }
             }
+        }
+    }
+
+    fn sips_role(&mut self) -> Result<Option<Option<usize>>, Need> {
+        match self.neg.event.session {
+            Some(id) => self.role_of(id),
+            // A new session (or none) has no role.
+            None => Ok(None),
         }
     }
 
