@@ -115,13 +115,17 @@ enum Outcome {
     Need(SortedSet<Key>),
     Absorb,
     Ambiguous(Vec<String>),
-    /// `holder`: the state holder of the message's session, as evaluation found it.
-    Run {
-        transition: usize,
-        vars: Vars,
-        needed: SortedSet<Key>,
-        holder: Option<SessionId>,
-    },
+    Run(Chosen),
+}
+
+/// The transition evaluation enabled, and what running and committing it needs.
+struct Chosen {
+    transition: usize,
+    vars: Vars,
+    /// The sessions its handles traverse, and the state holders.
+    needed: SortedSet<Key>,
+    /// The state holder of the message's session, as evaluation found it.
+    holder: Option<SessionId>,
 }
 
 impl<H: Handler> MachineService<H> {
@@ -302,12 +306,13 @@ impl<H: Handler> MachineService<H> {
             // the message (fixed) and of what it reads. The prediction read without locks, so a
             // transition may have changed a session after the prediction read it and before we
             // acquired it. Now every session it asked for is held (checked below), so a locked
-            // evaluation would need no further lock on the prediction's path; and if everything
-            // it read (attributes, and whether sessions exist) still reads the same now, that
-            // evaluation would take the same path, read the same values and reach the same
-            // outcome. Checking costs one look-up per session read, where evaluating again walks
-            // every candidate's guard; it is done only when something changed (or was read that
-            // the record cannot check, e.g. an application session's attribute).
+            // evaluation would need no further lock on the prediction's path; and if nothing it
+            // read changed (no session's attributes changed since, and every session exists or
+            // not as it did), that evaluation would take the same path, read the same values
+            // and reach the same outcome. Checking costs one lock per session read (its cell is
+            // kept, its attributes' generation compared), where evaluating again walks every
+            // candidate's guard; it is done only when something changed (or was read that the
+            // record cannot check, e.g. an application session's attribute).
             let mut boxed = neg.prediction.take();
             let had_prediction = prediction.is_some() || boxed.is_some();
             let held = &neg.held;
@@ -341,10 +346,10 @@ impl<H: Handler> MachineService<H> {
                     self.stats.ambiguous.fetch_add(1, Relaxed);
                     return self.release_all(ctx, neg);
                 }
-                Outcome::Run { transition, vars, needed, holder } => {
-                    let missing: SortedSet<Key> = needed.difference(&neg.held).copied().collect();
+                Outcome::Run(chosen) => {
+                    let missing: SortedSet<Key> = chosen.needed.difference(&neg.held).copied().collect();
                     if missing.is_empty() || self.negotiator == Negotiator::Global {
-                        return self.run(ctx, neg, transition, vars, needed, holder, reads);
+                        return self.run(ctx, neg, chosen, reads);
                     }
                     *prediction = None;
                     self.plan(ctx, &mut neg, missing);
@@ -412,36 +417,28 @@ impl<H: Handler> MachineService<H> {
         *outcome = select(&mut env).unwrap_or_else(|Need(id)| Outcome::Need([key(id)].into()));
         // Sessions the handles reach without reading them (the last step of a navigation)
         // are needed too.
-        if let Outcome::Run { needed, .. } = outcome {
+        if let Outcome::Run(Chosen { needed, .. }) = outcome {
             keys.extend(needed.iter().copied());
         }
     }
 
     /// Runs the arm with access to the dynamic contract's sessions (`needed`: what the handles
     /// traverse, and the state holders) — not to sessions only the guard looked at.
-    fn run(
-        &self,
-        ctx: &mut Context<'_>,
-        neg: Box<Negotiation>,
-        transition: usize,
-        vars: Vars,
-        needed: SortedSet<Key>,
-        holder: Option<SessionId>,
-        reads: &Reads,
-    ) {
+    fn run(&self, ctx: &mut Context<'_>, neg: Box<Negotiation>, chosen: Chosen, reads: &Reads) {
+        let transition = chosen.transition;
         let negotiated = ctx.now().saturating_duration_since(neg.started);
         let t = self.compiled.transition(transition);
         let started = Instant::now();
-        let mut tr = Transition::new(ctx, &self.compiled, &neg.event, &needed, reads);
+        let mut tr = Transition::new(ctx, &self.compiled, &neg.event, &chosen.needed, reads);
         let result = self.handler.do_transition(&t.name.name, &mut tr);
         let done = tr.finish();
         let handler_time = started.elapsed();
         let stats = &self.stats.transitions[transition];
         match result {
             Ok(()) => {
-                self.commit_state(ctx, &neg, transition, &vars, done.created_sips, holder, reads);
+                self.commit_state(ctx, &neg, &chosen, done.created_sips, reads);
                 apply(ctx, &neg.event, done.actions, reads);
-                self.finish_executions(ctx, &neg, transition, &vars, done.created_sips, reads);
+                self.finish_executions(ctx, &neg, transition, &chosen.vars, done.created_sips, reads);
                 stats.count.fetch_add(1, Relaxed);
             }
             Err(e) => {
@@ -459,16 +456,8 @@ impl<H: Handler> MachineService<H> {
     }
 
     /// Sets the state of this execution and of those the transition `moves`.
-    fn commit_state(
-        &self,
-        ctx: &mut Context<'_>,
-        neg: &Negotiation,
-        transition: usize,
-        vars: &Vars,
-        created: Option<SessionId>,
-        evaluated: Option<SessionId>,
-        reads: &Reads,
-    ) {
+    fn commit_state(&self, ctx: &mut Context<'_>, neg: &Negotiation, chosen: &Chosen, created: Option<SessionId>, reads: &Reads) {
+        let Chosen { transition, ref vars, holder: evaluated, .. } = *chosen;
         let t = self.compiled.transition(transition);
         let stays = t.stays;
         let sips = neg.event.session.or(created);
@@ -606,7 +595,7 @@ fn select<H: Handler>(env: &mut EvalEnv<'_, '_, H>) -> Result<Outcome, Need> {
             traversed.insert(h);
         }
     }
-    Ok(Outcome::Run { transition: index, vars, needed: traversed.into_iter().map(key).collect(), holder })
+    Ok(Outcome::Run(Chosen { transition: index, vars, needed: traversed.into_iter().map(key).collect(), holder }))
 }
 
 fn state_holder<H: Handler>(env: &mut EvalEnv<'_, '_, H>, id: SessionId) -> Result<Option<SessionId>, Need> {
