@@ -17,6 +17,9 @@ pub enum AttrValue {
 #[derive(Debug, Clone, Default)]
 pub struct Attributes {
     entries: SmallVec<[(Box<str>, AttrValue); 4]>,
+    /// Counts changes: whoever copied attributes out can tell with one comparison that none
+    /// changed since (the contract engine checks its unlocked reads this way).
+    generation: u64,
 }
 
 impl Attributes {
@@ -25,6 +28,7 @@ impl Attributes {
     }
 
     pub fn set(&mut self, name: &str, value: AttrValue) -> Option<AttrValue> {
+        self.generation += 1;
         match self.entries.iter_mut().find(|(n, _)| &**n == name) {
             Some((_, v)) => Some(std::mem::replace(v, value)),
             None => {
@@ -36,7 +40,13 @@ impl Attributes {
 
     pub fn remove(&mut self, name: &str) -> Option<AttrValue> {
         let i = self.entries.iter().position(|(n, _)| &**n == name)?;
+        self.generation += 1;
         Some(self.entries.remove(i).1)
+    }
+
+    /// Changes so far (`set` and `remove`): equal generations mean equal attributes.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     pub fn get_str(&self, name: &str) -> Option<&str> {
@@ -96,5 +106,10 @@ mod tests {
         assert_eq!(a.get_session("peer"), Some(SessionId(9)));
         assert_eq!(a.remove("n"), Some(AttrValue::Int(4)));
         assert_eq!(a.len(), 2);
+        let g = a.generation();
+        assert_eq!(a.remove("n"), None);
+        assert_eq!(a.generation(), g, "nothing removed, nothing changed");
+        a.set("n", AttrValue::Int(5));
+        assert!(a.generation() > g);
     }
 }

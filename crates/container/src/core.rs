@@ -666,7 +666,8 @@ impl CoreState {
         }
         for sid in &app.sessions {
             if let Some(scell) = self.store.remove_session(*sid) {
-                let s = scell.lock();
+                let mut s = scell.lock();
+                s.removed = true;
                 if self.dialogs.get(&s.dialog.local_tag) == Some(sid) {
                     self.dialogs.remove(&s.dialog.local_tag);
                 }

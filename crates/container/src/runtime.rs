@@ -253,6 +253,16 @@ async fn run_executor(mut core: Core, mut rx: mpsc::Receiver<Input>, mut posts: 
                 if core.next_deadline().is_some_and(|d| d <= now) {
                     core.on_timeout(now);
                 }
+                // And take work other executors posted (a lock handed over to a waiting
+                // transition, a send on one of this executor's dialogs): `biased` polls it only
+                // when no input is waiting, which under sustained load can be never — it then
+                // waited until the load stopped, and the sessions involved with it.
+                for _ in 0..BATCH {
+                    match posts.try_recv() {
+                        Ok((service, work)) => core.run_post(now, service, work),
+                        Err(_) => break,
+                    }
+                }
                 flush(&mut core, &links, now);
             }
             Some((service, work)) = posts.recv() => {

@@ -69,9 +69,17 @@ pub struct SipSession {
     pub(crate) pending_invite: Option<tandem_sip::Message>,
     /// UAC: the INVITE sent and its flow, kept until a final response (to CANCEL it).
     pub(crate) pending_request: Option<(bytes::Bytes, tandem_sip::Flow)>,
+    /// Taken out of the store (its application session was invalidated): whoever still holds
+    /// the cell sees it is gone without looking the ID up again.
+    pub(crate) removed: bool,
 }
 
 impl SipSession {
+    /// The session was removed from the store (see [`crate::SessionStore`]).
+    pub fn is_removed(&self) -> bool {
+        self.removed
+    }
+
     pub fn is_terminated(&self) -> bool {
         self.state == SessionState::Terminated
     }

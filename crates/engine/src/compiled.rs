@@ -118,6 +118,12 @@ pub(crate) enum CExpr {
     Nav(CNav),
     /// `session(msg.payl)`.
     PayloadSession,
+    /// `msg.sips.role == R` (`!=` when `negate`), R a declared role (by index) or null
+    /// (`None`): decided on the role's index, without making or comparing texts.
+    SipsRole {
+        role: Option<usize>,
+        negate: bool,
+    },
     SessionOf(Box<CExpr>),
     Not(Box<CExpr>),
     And(Box<CExpr>, Box<CExpr>),
@@ -133,6 +139,7 @@ pub(crate) struct Program {
     /// `let`s (they cannot make a false guard true).
     pub methods: Option<Vec<SmolStr>>,
     pub lets: Vec<CExpr>,
+    /// The guard, for messages `may_take` admits (see `after_method_test`).
     pub guard: CExpr,
     pub handles: Vec<CNav>,
     pub moves: Vec<CNav>,
@@ -170,6 +177,7 @@ impl Slots {
 
 struct Compiler<'s> {
     slots: &'s mut Slots,
+    roles: &'s Names<RoleInfo>,
     /// The names of the `let`s bound so far, in order.
     lets: Vec<&'s str>,
 }
@@ -192,7 +200,37 @@ impl<'s> Compiler<'s> {
         CNav { root, path: path.map(|s| self.slots.step(&s.name)).collect() }
     }
 
+    /// `msg.sips.role == R` / `!= R`, R a declared role or null, as a [`CExpr::SipsRole`].
+    fn role_test(&self, a: &Expr, op: CmpOp, b: &Expr) -> Option<CExpr> {
+        let negate = match op {
+            CmpOp::Eq => false,
+            CmpOp::Ne => true,
+            _ => return None,
+        };
+        let (nav, other) = match (a, b) {
+            (Expr::Nav(nav), other) | (other, Expr::Nav(nav)) => (nav, other),
+            _ => return None,
+        };
+        if !matches!(nav.root, NavRoot::MsgSips) || nav.path.len() != 1 || nav.path[0].name != "role" {
+            return None;
+        }
+        let role = match other {
+            Expr::Null(_) => None,
+            // A name the contract does not declare as a role can still be a stored text: left
+            // to the general comparison.
+            Expr::Name(i) => Some(self.roles.position(&i.name)?),
+            Expr::Str(s, _) => Some(self.roles.position(s)?),
+            _ => return None,
+        };
+        Some(CExpr::SipsRole { role, negate })
+    }
+
     fn expr(&mut self, expr: &Expr) -> CExpr {
+        if let Expr::Cmp(a, op, b) = expr {
+            if let Some(test) = self.role_test(a, *op, b) {
+                return test;
+            }
+        }
         match expr {
             Expr::Nav(nav) if nav.path.is_empty() && matches!(nav.root, NavRoot::MsgMethod) => CExpr::Method,
             Expr::Nav(nav) => CExpr::Nav(self.nav(nav)),
@@ -241,6 +279,26 @@ fn methods(expr: &CExpr) -> Option<Vec<SmolStr>> {
     }
 }
 
+/// Whether `expr` only compares `msg.method` with names (`==`, joined by `||`).
+fn method_only(expr: &CExpr) -> bool {
+    match expr {
+        CExpr::Cmp(a, CmpOp::Eq, b) => {
+            matches!((&**a, &**b), (CExpr::Method, CExpr::Const(Value::Str(_))) | (CExpr::Const(Value::Str(_)), CExpr::Method))
+        }
+        CExpr::Or(a, b) => method_only(a) && method_only(b),
+        _ => false,
+    }
+}
+
+/// The guard to evaluate once [`Program::may_take`] held: a leading method test (`msg.method
+/// == X && ...`) is what `methods` was taken from, so it holds then and is dropped.
+fn after_method_test(guard: CExpr) -> CExpr {
+    match guard {
+        CExpr::And(a, b) if method_only(&a) => *b,
+        guard => guard,
+    }
+}
+
 impl Program {
     /// Whether the guard may hold for a message of this method.
     pub fn may_take(&self, method: &str) -> bool {
@@ -276,15 +334,17 @@ impl Compiled {
             .transitions
             .iter()
             .map(|t| {
-                let mut c = Compiler { slots: &mut slots, lets: Vec::new() };
+                let mut c = Compiler { slots: &mut slots, roles: &roles, lets: Vec::new() };
                 let mut lets = Vec::new();
                 for l in &t.lets {
                     lets.push(c.expr(&l.value));
                     c.lets.push(&l.name.name);
                 }
                 let guard = c.expr(&t.guard);
+                let methods = methods(&guard);
+                let guard = if methods.is_some() { after_method_test(guard) } else { guard };
                 Program {
-                    methods: methods(&guard),
+                    methods,
                     lets,
                     guard,
                     handles: t.handles.iter().map(|h| c.nav(h)).collect(),
@@ -404,5 +464,12 @@ transition T3: Busy -> same
         assert_eq!(methods(2), None);
         assert!(c.program(1).may_take("CANCEL") && !c.program(1).may_take("ACK") && c.program(2).may_take("ACK"));
         assert!(matches!(c.program(1).handles[1], CNav { root: Root::Var(Some(0)), ref path } if path == &[Step::Attr(msr)]));
+        // The method test `may_take` decides is dropped from the guard; role tests use indices.
+        assert!(matches!(c.program(0).guard, CExpr::SipsRole { role: None, negate: false }));
+        assert!(matches!(c.program(1).guard, CExpr::Cmp(..)), "p != null stays");
+        let msr_role = c.role_index("Msr");
+        assert!(
+            matches!(&c.program(2).guard, CExpr::And(a, _) if matches!(**a, CExpr::SipsRole { role, negate: false } if role == msr_role))
+        );
     }
 }

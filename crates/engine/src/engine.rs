@@ -10,10 +10,10 @@ use crate::stats::ServiceStats;
 use crate::transition::{Action, Actions, Transition};
 use smol_str::SmolStr;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
-use tandem_container::{AppSessionId, AttrValue, Context, Request, ResponseEvent, Service, SessionId, TimerId, UaProfile};
+use tandem_container::{AppSessionId, AttrValue, Context, Request, ResponseEvent, Service, SessionId, SipSession, TimerId, UaProfile};
 use tandem_contract::ast::NavRoot;
 
 /// How a service's transitions acquire their sessions.
@@ -72,6 +72,9 @@ pub(crate) struct Negotiation {
     /// The single-assignment negotiator's unlocked evaluation, until the first evaluation
     /// under the locks uses or discards it.
     prediction: Option<Box<Prediction>>,
+    /// Whether this negotiation's session has an entry in `in_progress` that it must pass on
+    /// (or remove) when it ends: made when a negotiation of the session had to wait.
+    owns_queue: bool,
 }
 
 /// An evaluation made without locks: its outcome, what it read, and the sessions it asked for.
@@ -92,10 +95,14 @@ pub struct MachineService<H: Handler> {
     names: Vec<String>,
     next_ticket: AtomicU64,
     ua: Option<UaProfile>,
-    /// SIP sessions with an event in negotiation, and the events of theirs that came after:
-    /// an execution's messages are taken in arrival order even while one waits for a lock
-    /// (otherwise a later message could find the sessions free and overtake it).
+    /// SIP sessions with an event in a negotiation that had to wait, and the events of theirs
+    /// that came after: an execution's messages are taken in arrival order even while one
+    /// waits for a lock (otherwise a later message could find the sessions free and overtake
+    /// it). A negotiation that never waits runs to its end within the event that started it,
+    /// before its executor takes the session's next message, so it needs no entry.
     in_progress: dashmap::DashMap<SessionId, std::collections::VecDeque<Event>, tandem_container::IdHashBuilder>,
+    /// Entries in `in_progress`: while there are none (the usual case) no message looks there.
+    queued_sessions: AtomicUsize,
 }
 
 pub(crate) fn key(id: SessionId) -> Key {
@@ -108,13 +115,17 @@ enum Outcome {
     Need(SortedSet<Key>),
     Absorb,
     Ambiguous(Vec<String>),
-    /// `holder`: the state holder of the message's session, as evaluation found it.
-    Run {
-        transition: usize,
-        vars: Vars,
-        needed: SortedSet<Key>,
-        holder: Option<SessionId>,
-    },
+    Run(Chosen),
+}
+
+/// The transition evaluation enabled, and what running and committing it needs.
+struct Chosen {
+    transition: usize,
+    vars: Vars,
+    /// The sessions its handles traverse, and the state holders.
+    needed: SortedSet<Key>,
+    /// The state holder of the message's session, as evaluation found it.
+    holder: Option<SessionId>,
 }
 
 impl<H: Handler> MachineService<H> {
@@ -132,6 +143,7 @@ impl<H: Handler> MachineService<H> {
             next_ticket: AtomicU64::new(1),
             ua,
             in_progress: dashmap::DashMap::default(),
+            queued_sessions: AtomicUsize::new(0),
         })
     }
 
@@ -167,30 +179,53 @@ impl<H: Handler> MachineService<H> {
     }
 
     fn start(&self, ctx: &mut Context<'_>, event: Event) {
-        if let Some(session) = event.session {
-            match self.in_progress.entry(session) {
-                dashmap::Entry::Occupied(mut waiting) => return waiting.get_mut().push_back(event),
-                dashmap::Entry::Vacant(free) => {
-                    free.insert(std::collections::VecDeque::new());
-                }
+        // A session's events are started by its home executor, one at a time: an entry made
+        // by an earlier event of it is visible here (same thread), so the count can be read
+        // relaxed.
+        if let (Some(session), true) = (event.session, self.queued_sessions.load(Relaxed) != 0) {
+            if let Some(mut waiting) = self.in_progress.get_mut(&session) {
+                return waiting.push_back(event);
             }
         }
-        self.begin(ctx, event);
+        self.begin(ctx, event, false);
     }
 
-    /// The next event of `session` that waited for the previous one, if any.
+    /// Makes `session`'s queue (its next events wait behind the negotiation that owns it).
+    fn open_queue(&self, neg: &mut Negotiation) {
+        let Some(session) = neg.event.session else { return };
+        if neg.owns_queue {
+            return;
+        }
+        neg.owns_queue = true;
+        if let dashmap::Entry::Vacant(free) = self.in_progress.entry(session) {
+            free.insert(std::collections::VecDeque::new());
+            self.queued_sessions.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// The next event of `session` that waited for the previous one, if any (it then owns the
+    /// queue); else the queue goes.
     fn next_event(&self, ctx: &mut Context<'_>, session: SessionId) {
-        let next = self.in_progress.get_mut(&session).and_then(|mut q| q.pop_front());
-        match next {
-            Some(event) => self.begin(ctx, event),
-            None => {
-                self.in_progress.remove_if(&session, |_, q| q.is_empty());
-            }
+        let next = match self.in_progress.entry(session) {
+            dashmap::Entry::Occupied(mut waiting) => match waiting.get_mut().pop_front() {
+                Some(event) => Some(event),
+                None => {
+                    waiting.remove();
+                    self.queued_sessions.fetch_sub(1, Relaxed);
+                    None
+                }
+            },
+            dashmap::Entry::Vacant(_) => None,
+        };
+        if let Some(event) = next {
+            self.begin(ctx, event, true);
         }
     }
 
-    fn begin(&self, ctx: &mut Context<'_>, mut event: Event) {
-        if event.app.is_none() {
+    fn begin(&self, ctx: &mut Context<'_>, mut event: Event, owns_queue: bool) {
+        // A request is answered with its application session; other events find it through
+        // their session when they need it (`Transition::app`, `msg.apps`).
+        if event.app.is_none() && matches!(event.trigger, Trigger::Request { .. }) {
             event.app = event.session.and_then(|s| ctx.with_session(s, |_, s| s.app));
         }
         let mut neg = Box::new(Negotiation {
@@ -202,6 +237,7 @@ impl<H: Handler> MachineService<H> {
             started: ctx.now(),
             backoffs: 0,
             prediction: None,
+            owns_queue,
         });
         let mut prediction = None;
         match self.negotiator {
@@ -250,6 +286,8 @@ impl<H: Handler> MachineService<H> {
                     // `try_acquire` never queues.
                     Acquire::Queued => return,
                 };
+                // It will wait: later events of its session must wait behind it.
+                self.open_queue(&mut busy);
                 if let Some(p) = prediction.take() {
                     busy.prediction = Some(Box::new(p));
                 }
@@ -268,35 +306,36 @@ impl<H: Handler> MachineService<H> {
             // the message (fixed) and of what it reads. The prediction read without locks, so a
             // transition may have changed a session after the prediction read it and before we
             // acquired it. Now every session it asked for is held (checked below), so a locked
-            // evaluation would need no further lock on the prediction's path; and if everything
-            // it read (attributes, and whether sessions exist) still reads the same now, that
-            // evaluation would take the same path, read the same values and reach the same
-            // outcome. Checking costs one look-up per session read, where evaluating again walks
-            // every candidate's guard; it is done only when something changed (or was read that
-            // the record cannot check, e.g. an application session's attribute).
-            let had_prediction = prediction.is_some() || neg.prediction.is_some();
-            let predicted = {
-                let Negotiation { held, prediction: boxed, .. } = &mut *neg;
-                match prediction.as_mut().or(boxed.as_deref_mut()) {
-                    Some(p) if p.keys.iter().all(|k| held.contains(k)) && p.reads.unchanged(ctx, &self.compiled) => {
-                        Some(std::mem::replace(&mut p.outcome, Outcome::Absorb))
-                    }
-                    _ => None,
+            // evaluation would need no further lock on the prediction's path; and if nothing it
+            // read changed (no session's attributes changed since, and every session exists or
+            // not as it did), that evaluation would take the same path, read the same values
+            // and reach the same outcome. Checking costs one lock per session read (its cell is
+            // kept, its attributes' generation compared), where evaluating again walks every
+            // candidate's guard; it is done only when something changed (or was read that the
+            // record cannot check, e.g. an application session's attribute).
+            let mut boxed = neg.prediction.take();
+            let had_prediction = prediction.is_some() || boxed.is_some();
+            let held = &neg.held;
+            // What the outcome was evaluated from: its sessions' cells serve the commit.
+            let fresh: Reads;
+            let (outcome, reads) = match prediction.as_mut().or(boxed.as_deref_mut()) {
+                Some(p) if p.keys.iter().all(|k| held.contains(k)) && p.reads.unchanged(ctx) => {
+                    (std::mem::replace(&mut p.outcome, Outcome::Absorb), &p.reads)
                 }
-            };
-            *prediction = None;
-            neg.prediction = None;
-            let outcome = match predicted {
-                Some(outcome) => outcome,
-                None => {
+                _ => {
                     if had_prediction {
                         self.stats.reevaluations.fetch_add(1, Relaxed);
                     }
-                    self.evaluate(ctx, &neg)
+                    let (outcome, reads) = self.evaluate(ctx, &neg);
+                    fresh = reads;
+                    (outcome, &fresh)
                 }
             };
             match outcome {
-                Outcome::Need(wanted) => self.plan(ctx, &mut neg, wanted),
+                Outcome::Need(wanted) => {
+                    *prediction = None;
+                    self.plan(ctx, &mut neg, wanted);
+                }
                 Outcome::Absorb => {
                     self.stats.absorbed.fetch_add(1, Relaxed);
                     answer_absorbed(ctx, &neg.event);
@@ -307,11 +346,12 @@ impl<H: Handler> MachineService<H> {
                     self.stats.ambiguous.fetch_add(1, Relaxed);
                     return self.release_all(ctx, neg);
                 }
-                Outcome::Run { transition, vars, needed, holder } => {
-                    let missing: SortedSet<Key> = needed.difference(&neg.held).copied().collect();
+                Outcome::Run(chosen) => {
+                    let missing: SortedSet<Key> = chosen.needed.difference(&neg.held).copied().collect();
                     if missing.is_empty() || self.negotiator == Negotiator::Global {
-                        return self.run(ctx, neg, transition, vars, needed, holder);
+                        return self.run(ctx, neg, chosen, reads);
                     }
+                    *prediction = None;
                     self.plan(ctx, &mut neg, missing);
                 }
             }
@@ -343,7 +383,7 @@ impl<H: Handler> MachineService<H> {
         for &k in &neg.held {
             self.release_key(ctx, k, neg.ticket);
         }
-        if let Some(session) = neg.event.session {
+        if let (true, Some(session)) = (neg.owns_queue, neg.event.session) {
             self.next_event(ctx, session);
         }
     }
@@ -358,13 +398,14 @@ impl<H: Handler> MachineService<H> {
         EvalEnv { engine: self, ctx, neg, predict, reads }
     }
 
-    fn evaluate(&self, ctx: &mut Context<'_>, neg: &Negotiation) -> Outcome {
+    fn evaluate(&self, ctx: &mut Context<'_>, neg: &Negotiation) -> (Outcome, Reads) {
         let mut reads = Reads::default();
         let mut env = self.env(ctx, neg, None, &mut reads);
-        match select(&mut env) {
+        let outcome = match select(&mut env) {
             Ok(outcome) => outcome,
             Err(Need(id)) => Outcome::Need([key(id)].into()),
-        }
+        };
+        (outcome, reads)
     }
 
     /// The sessions a message will most likely need, read without locks, and the outcome
@@ -376,35 +417,28 @@ impl<H: Handler> MachineService<H> {
         *outcome = select(&mut env).unwrap_or_else(|Need(id)| Outcome::Need([key(id)].into()));
         // Sessions the handles reach without reading them (the last step of a navigation)
         // are needed too.
-        if let Outcome::Run { needed, .. } = outcome {
+        if let Outcome::Run(Chosen { needed, .. }) = outcome {
             keys.extend(needed.iter().copied());
         }
     }
 
     /// Runs the arm with access to the dynamic contract's sessions (`needed`: what the handles
     /// traverse, and the state holders) — not to sessions only the guard looked at.
-    fn run(
-        &self,
-        ctx: &mut Context<'_>,
-        neg: Box<Negotiation>,
-        transition: usize,
-        vars: Vars,
-        needed: SortedSet<Key>,
-        holder: Option<SessionId>,
-    ) {
+    fn run(&self, ctx: &mut Context<'_>, neg: Box<Negotiation>, chosen: Chosen, reads: &Reads) {
+        let transition = chosen.transition;
         let negotiated = ctx.now().saturating_duration_since(neg.started);
         let t = self.compiled.transition(transition);
         let started = Instant::now();
-        let mut tr = Transition::new(ctx, &self.compiled, &neg.event, &needed);
+        let mut tr = Transition::new(ctx, &self.compiled, &neg.event, &chosen.needed, reads);
         let result = self.handler.do_transition(&t.name.name, &mut tr);
         let done = tr.finish();
         let handler_time = started.elapsed();
         let stats = &self.stats.transitions[transition];
         match result {
             Ok(()) => {
-                self.commit_state(ctx, &neg, transition, &vars, done.created_sips, holder);
-                apply(ctx, &neg.event, done.actions);
-                self.finish_executions(ctx, &neg, transition, &vars, done.created_sips);
+                self.commit_state(ctx, &neg, &chosen, done.created_sips, reads);
+                apply(ctx, &neg.event, done.actions, reads);
+                self.finish_executions(ctx, &neg, transition, &chosen.vars, done.created_sips, reads);
                 stats.count.fetch_add(1, Relaxed);
             }
             Err(e) => {
@@ -422,15 +456,8 @@ impl<H: Handler> MachineService<H> {
     }
 
     /// Sets the state of this execution and of those the transition `moves`.
-    fn commit_state(
-        &self,
-        ctx: &mut Context<'_>,
-        neg: &Negotiation,
-        transition: usize,
-        vars: &Vars,
-        created: Option<SessionId>,
-        evaluated: Option<SessionId>,
-    ) {
+    fn commit_state(&self, ctx: &mut Context<'_>, neg: &Negotiation, chosen: &Chosen, created: Option<SessionId>, reads: &Reads) {
+        let Chosen { transition, ref vars, holder: evaluated, .. } = *chosen;
         let t = self.compiled.transition(transition);
         let stays = t.stays;
         let sips = neg.event.session.or(created);
@@ -442,7 +469,10 @@ impl<H: Handler> MachineService<H> {
         };
         if let Some(holder) = holder {
             if !stays {
-                set_state(ctx, holder, &t.to.name);
+                match reads.cell(holder) {
+                    Some(cell) => set_state_on(&mut cell.lock(), &t.to.name),
+                    None => set_state(ctx, holder, &t.to.name),
+                }
             }
         }
         for (mv, target) in t.moves.iter().zip(&self.compiled.program(transition).moves) {
@@ -460,7 +490,15 @@ impl<H: Handler> MachineService<H> {
     }
 
     /// Executions that reached a final state are over: their application sessions go.
-    fn finish_executions(&self, ctx: &mut Context<'_>, neg: &Negotiation, transition: usize, vars: &Vars, created: Option<SessionId>) {
+    fn finish_executions(
+        &self,
+        ctx: &mut Context<'_>,
+        neg: &Negotiation,
+        transition: usize,
+        vars: &Vars,
+        created: Option<SessionId>,
+        reads: &Reads,
+    ) {
         let t = self.compiled.transition(transition);
         let mut ended: Vec<SessionId> = Vec::new();
         if self.compiled.finals.contains(&t.to.name) {
@@ -475,7 +513,11 @@ impl<H: Handler> MachineService<H> {
             }
         }
         for s in ended {
-            if let Some(app) = ctx.with_session(s, |_, s| s.app) {
+            let app = match reads.cell(s) {
+                Some(cell) => Some(cell.lock()).filter(|s| !s.is_removed()).map(|s| s.app),
+                None => ctx.with_session(s, |_, s| s.app),
+            };
+            if let Some(app) = app {
                 ctx.invalidate(app);
             }
         }
@@ -497,7 +539,14 @@ pub(crate) const ROLE: &str = "@role";
 pub(crate) const STATE: &str = "@state";
 
 fn set_state(ctx: &mut Context<'_>, holder: SessionId, state: &str) {
-    ctx.with_session(holder, |_, s| s.attributes.set(STATE, AttrValue::Str(state.to_string())));
+    ctx.with_session(holder, |_, s| set_state_on(s, state));
+}
+
+fn set_state_on(s: &mut SipSession, state: &str) {
+    // A session removed meanwhile keeps no state (as if looked up and not found).
+    if !s.is_removed() {
+        s.attributes.set(STATE, AttrValue::Str(state.to_string()));
+    }
 }
 
 /// Candidate transitions of the current state, their guards, and the handles of the one
@@ -546,12 +595,12 @@ fn select<H: Handler>(env: &mut EvalEnv<'_, '_, H>) -> Result<Outcome, Need> {
             traversed.insert(h);
         }
     }
-    Ok(Outcome::Run { transition: index, vars, needed: traversed.into_iter().map(key).collect(), holder })
+    Ok(Outcome::Run(Chosen { transition: index, vars, needed: traversed.into_iter().map(key).collect(), holder }))
 }
 
 fn state_holder<H: Handler>(env: &mut EvalEnv<'_, '_, H>, id: SessionId) -> Result<Option<SessionId>, Need> {
-    let Value::Str(role) = env.session_step(id, Step::Role)? else { return Ok(None) };
-    let Some(info) = env.engine.compiled.role(&role) else { return Ok(None) };
+    let Some(Some(role)) = env.role_of(id)? else { return Ok(None) };
+    let info = env.engine.compiled.role_at(role);
     if info.holds_state {
         return Ok(Some(id));
     }
@@ -587,6 +636,26 @@ impl<H: Handler> EvalEnv<'_, '_, H> {
     }
 }
 
+impl<H: Handler> EvalEnv<'_, '_, H> {
+    /// `id.role` as [`Env::sips_role`] gives it (the same reads, readability and record as
+    /// `session_step(id, Step::Role)`).
+    fn role_of(&mut self, id: SessionId) -> Result<Option<Option<usize>>, Need> {
+        let compiled = &self.engine.compiled;
+        let Some(entry) = self.reads.load(self.ctx, compiled, id) else { return Ok(None) };
+        let role = self.reads.role(entry);
+        let (role_set, null) = match self.reads.value(entry, ROLE_SLOT) {
+            Value::Str(_) => (true, false),
+            Value::Null => (false, true),
+            _ => (false, false),
+        };
+        if !self.readable(id, role, ROLE_SLOT, role_set) {
+            return Err(Need(id));
+        }
+        // A stored role that is not a text is no declared role (and not null).
+        Ok((!null).then_some(role))
+    }
+}
+
 impl<H: Handler> Env for EvalEnv<'_, '_, H> {
     fn message(&self, root: &NavRoot) -> Value {
         let e = &self.neg.event;
@@ -609,7 +678,9 @@ impl<H: Handler> Env for EvalEnv<'_, '_, H> {
     }
 
     fn app_attr(&mut self, name: &str) -> Result<Value, Need> {
-        let Some(app) = self.neg.event.app else { return Ok(Value::Null) };
+        let e = &self.neg.event;
+        let app = e.app.or_else(|| e.session.and_then(|s| self.ctx.with_session(s, |_, s| s.app)));
+        let Some(app) = app else { return Ok(Value::Null) };
         self.reads.read_unrecorded();
         Ok(self.ctx.with_app(app, |a| to_value(a.attributes.get(name))).unwrap_or(Value::Null))
     }
@@ -663,6 +734,14 @@ impl<H: Handler> Env for EvalEnv<'_, '_, H> {
         }
     }
 
+    fn sips_role(&mut self) -> Result<Option<Option<usize>>, Need> {
+        match self.neg.event.session {
+            Some(id) => self.role_of(id),
+            // A new session (or none) has no role.
+            None => Ok(None),
+        }
+    }
+
     fn session_of(&mut self, text: &str) -> Value {
         match text.parse::<SessionId>() {
             Ok(id) if self.reads.exists(self.ctx, &self.engine.compiled, id) => Value::Session(id),
@@ -700,7 +779,7 @@ fn answer_absorbed(ctx: &mut Context<'_>, event: &Event) {
 
 /// Sends what the arm sent, now that the transition commits. Sends on a session owned by
 /// another executor are posted there.
-fn apply(ctx: &mut Context<'_>, event: &Event, actions: Actions) {
+fn apply(ctx: &mut Context<'_>, event: &Event, actions: Actions, reads: &Reads) {
     for action in actions {
         match action {
             Action::Respond { status, headers, body } => {
@@ -714,8 +793,11 @@ fn apply(ctx: &mut Context<'_>, event: &Event, actions: Actions) {
             Action::OnSession { session, op } => {
                 // One look-up: the session's home, and the action itself when it is this
                 // executor's.
-                let Some(cell) = ctx.session(session) else { continue };
+                let Some(cell) = reads.cell(session).cloned().or_else(|| ctx.session(session)) else { continue };
                 let mut s = cell.lock();
+                if s.is_removed() {
+                    continue;
+                }
                 if s.home == ctx.executor() {
                     op.apply_on(ctx, &mut s);
                 } else {

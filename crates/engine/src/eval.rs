@@ -46,6 +46,9 @@ pub(crate) trait Env {
     fn app_attr(&mut self, name: &str) -> Result<Value, Need>;
     /// One navigation step from a session: its role, its execution's state, or an attribute.
     fn session_step(&mut self, session: SessionId, step: Step) -> Result<Value, Need>;
+    /// `msg.sips.role`: null (`None`), or the index of the role the contract declares by its
+    /// name (`Some(None)` for a name it does not declare).
+    fn sips_role(&mut self) -> Result<Option<Option<usize>>, Need>;
     /// `session(text)`.
     fn session_of(&mut self, text: &str) -> Value;
     /// `session(msg.payl)`: the same as `session_of` of the payload's text, without making a
@@ -78,6 +81,14 @@ pub(crate) fn eval(expr: &CExpr, env: &mut dyn Env, vars: &Vars) -> Result<Value
         CExpr::Nav(nav) => nav_value(nav, env, vars, None)?,
         // `msg.payl` is always text: look the session up from the body directly.
         CExpr::PayloadSession => env.payload_session(),
+        CExpr::SipsRole { role, negate } => {
+            let is = match (env.sips_role()?, role) {
+                (None, None) => true,
+                (Some(Some(read)), Some(role)) => read == *role,
+                _ => false,
+            };
+            Value::Bool(is != *negate)
+        }
         CExpr::SessionOf(inner) => match eval(inner, env, vars)? {
             Value::Str(s) => env.session_of(&s),
             _ => Value::Null,

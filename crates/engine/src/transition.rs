@@ -5,6 +5,7 @@ use crate::compiled::Compiled;
 use crate::engine::{key, ROLE};
 use crate::event::{Event, Trigger};
 use crate::locks::Key;
+use crate::reads::Reads;
 use crate::sorted_set::SortedSet;
 use bytes::Bytes;
 use std::time::Duration;
@@ -72,6 +73,8 @@ pub struct Transition<'c, 'a> {
     event: &'c Event,
     /// The dynamic contract's sessions: the only existing ones the arm may touch.
     allowed: &'c SortedSet<Key>,
+    /// What evaluation read: the cells of the sessions it reached (no store look-up for them).
+    reads: &'c Reads,
     created: Vec<SessionId>,
     created_sips: Option<SessionId>,
     created_apps: Vec<AppSessionId>,
@@ -79,8 +82,24 @@ pub struct Transition<'c, 'a> {
 }
 
 impl<'c, 'a> Transition<'c, 'a> {
-    pub(crate) fn new(ctx: &'c mut Context<'a>, compiled: &'c Compiled, event: &'c Event, allowed: &'c SortedSet<Key>) -> Self {
-        Transition { ctx, compiled, event, allowed, created: Vec::new(), created_sips: None, created_apps: Vec::new(), actions: Vec::new() }
+    pub(crate) fn new(
+        ctx: &'c mut Context<'a>,
+        compiled: &'c Compiled,
+        event: &'c Event,
+        allowed: &'c SortedSet<Key>,
+        reads: &'c Reads,
+    ) -> Self {
+        Transition {
+            ctx,
+            compiled,
+            event,
+            allowed,
+            reads,
+            created: Vec::new(),
+            created_sips: None,
+            created_apps: Vec::new(),
+            actions: Vec::new(),
+        }
     }
 
     pub(crate) fn finish(self) -> Done {
@@ -104,7 +123,12 @@ impl<'c, 'a> Transition<'c, 'a> {
 
     /// The execution's application session.
     pub fn app(&mut self) -> Option<AppSessionId> {
-        self.event.app.or_else(|| self.created_sips.and_then(|s| self.ctx.with_session(s, |_, s| s.app)))
+        if self.event.app.is_some() {
+            return self.event.app;
+        }
+        // Responses carry no application session: their session's is the execution's.
+        let session = self.event.session.or(self.created_sips)?;
+        self.with_unchecked(session, |s| s.app)
     }
 
     fn check(&self, id: SessionId) -> Result<(), TransitionError> {
@@ -118,7 +142,17 @@ impl<'c, 'a> Transition<'c, 'a> {
     /// Runs `f` on an acquired session; any other session is refused.
     pub fn with<R>(&mut self, id: SessionId, f: impl FnOnce(&mut SipSession) -> R) -> Result<R, TransitionError> {
         self.check(id)?;
-        self.ctx.with_session(id, |_, s| f(s)).ok_or(TransitionError::NoSuchSession(id))
+        self.with_unchecked(id, f).ok_or(TransitionError::NoSuchSession(id))
+    }
+
+    fn with_unchecked<R>(&mut self, id: SessionId, f: impl FnOnce(&mut SipSession) -> R) -> Option<R> {
+        match self.reads.cell(id) {
+            Some(cell) => {
+                let mut s = cell.lock();
+                (!s.is_removed()).then(|| f(&mut s))
+            }
+            None => self.ctx.with_session(id, |_, s| f(s)),
+        }
     }
 
     pub fn attr(&mut self, id: SessionId, name: &str) -> Result<Option<AttrValue>, TransitionError> {
@@ -226,6 +260,9 @@ impl<'c, 'a> Transition<'c, 'a> {
 
     /// Resolves a session ID received as text (e.g. in a message body).
     pub fn resolve(&self, text: &str) -> Option<SessionId> {
-        text.parse().ok().filter(|id| self.ctx.session(*id).is_some())
+        text.parse().ok().filter(|id| match self.reads.cell(*id) {
+            Some(cell) => !cell.lock().is_removed(),
+            None => self.ctx.session(*id).is_some(),
+        })
     }
 }
