@@ -76,6 +76,35 @@ pub(crate) fn split_top(s: &str, sep: u8) -> TopLevelSplit<'_> {
     TopLevelSplit { s, pos: 0, sep, done: false }
 }
 
+/// Bytes a scan over a header value stops at, as bit masks of [`STOPS`].
+const STOP_QUOTE: u8 = 1;
+const STOP_LT: u8 = 2;
+const STOP_COMMA: u8 = 4;
+const STOP_SEMI: u8 = 8;
+const STOP_EQ: u8 = 16;
+
+/// One table lookup per byte in the scanning loops instead of a chain of compares.
+const STOPS: [u8; 256] = {
+    let mut table = [0u8; 256];
+    table[b'"' as usize] = STOP_QUOTE;
+    table[b'<' as usize] = STOP_LT;
+    table[b',' as usize] = STOP_COMMA;
+    table[b';' as usize] = STOP_SEMI;
+    table[b'=' as usize] = STOP_EQ;
+    table
+};
+
+/// Index of the first byte at or after `i` whose class is in `mask` (or `b.len()`).
+fn skip_to(b: &[u8], mut i: usize, mask: u8) -> usize {
+    while let Some(&c) = b.get(i) {
+        if STOPS[c as usize] & mask != 0 {
+            break;
+        }
+        i += 1;
+    }
+    i
+}
+
 impl<'a> Iterator for TopLevelSplit<'a> {
     type Item = Result<&'a str, ()>;
 
@@ -85,26 +114,37 @@ impl<'a> Iterator for TopLevelSplit<'a> {
         }
         let bytes = self.s.as_bytes();
         let start = self.pos;
+        // Separators other than `,` and `;` have no class in the table: compared byte by byte.
+        let sep_class = match self.sep {
+            b',' => STOP_COMMA,
+            b';' => STOP_SEMI,
+            _ => 0,
+        };
+        let mask = STOP_QUOTE | STOP_LT | sep_class;
         let mut i = start;
         while i < bytes.len() {
-            match bytes[i] {
+            if sep_class != 0 {
+                i = skip_to(bytes, i, mask);
+            }
+            let Some(&b) = bytes.get(i) else { break };
+            match b {
                 b'"' => match skip_quoted(bytes, i) {
                     Some(next) => i = next,
                     None => return self.fail(),
                 },
-                b'<' => match memchr::memchr(b'>', &bytes[i..]) {
+                b'<' => match bytes.get(i..).and_then(|rest| memchr::memchr(b'>', rest)) {
                     Some(off) => i += off + 1,
                     None => return self.fail(),
                 },
                 b if b == self.sep => {
                     self.pos = i + 1;
-                    return Some(Ok(&self.s[start..i]));
+                    return Some(Ok(self.s.get(start..i).unwrap_or("")));
                 }
                 _ => i += 1,
             }
         }
         self.done = true;
-        Some(Ok(&self.s[start..]))
+        Some(Ok(self.s.get(start..).unwrap_or("")))
     }
 }
 
@@ -134,7 +174,8 @@ pub(crate) fn skip_quoted(bytes: &[u8], start: usize) -> Option<usize> {
     None
 }
 
-/// A `;name=value` generic parameter, both parts trimmed of LWS.
+/// A `;name=value` generic parameter, both parts trimmed of LWS (the tests' reference reading).
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Param<'a> {
     pub name: &'a str,
@@ -144,42 +185,80 @@ pub(crate) struct Param<'a> {
 /// Validates `a=b;c` (what follows the first `;`): empty parameters (`;;`) and non-token
 /// names are errors. Returns `None` when invalid.
 pub(crate) fn parse_params(s: &str) -> Option<()> {
-    for raw in split_top(s, b';') {
-        parse_param(raw.ok()?)?;
-    }
-    Some(())
+    scan_params(s, "", false).map(|_| ())
 }
 
 /// [`parse_params`] that also returns the value of the first parameter `name`
 /// (case-insensitive; `None` when absent or without a value): one pass where the parser used
 /// to validate the list and then search it again for a tag or a branch.
 pub(crate) fn parse_params_find<'a>(s: &'a str, name: &str) -> Option<Option<&'a str>> {
-    let mut seen = false;
-    let mut found = None;
-    for raw in split_top(s, b';') {
-        let p = parse_param(raw.ok()?)?;
-        if !seen && p.name.eq_ignore_ascii_case(name) {
-            seen = true;
-            found = p.value;
-        }
-    }
-    Some(found)
+    scan_params(s, name, false).map(Option::flatten)
 }
 
+/// The one scanner behind the parameter functions: splits at top-level `;` (outside quoted
+/// strings and `<...>`, as [`split_top`]) and checks each parameter as [`parse_param`], in one
+/// pass without iterator layers (it runs on every Via, From, To and URI of every message).
+/// With `first_only` it returns at the first `name` without looking at the rest of the list;
+/// otherwise it validates the whole list. Outer `None`: invalid (or, with `first_only`,
+/// absent); `Some(None)`: absent (whole list) or present without a value.
+fn scan_params<'a>(s: &'a str, name: &str, first_only: bool) -> Option<Option<Option<&'a str>>> {
+    let b = s.as_bytes();
+    let mut found = None;
+    let mut start = 0;
+    loop {
+        // The first `=` outside quotes and brackets splits name from value. `split_top` +
+        // `find_byte` took the first `=` anywhere, but a quote or `<` before it makes the name
+        // a non-token either way, so both reject the same parameters.
+        let mut eq = None;
+        let mut i = start;
+        loop {
+            i = skip_to(b, i, STOP_QUOTE | STOP_LT | STOP_SEMI | STOP_EQ);
+            match b.get(i) {
+                None | Some(b';') => break,
+                Some(b'"') => i = skip_quoted(b, i)?,
+                Some(b'<') => i += memchr::memchr(b'>', b.get(i..)?)? + 1,
+                _ => {
+                    eq = eq.or(Some(i));
+                    i += 1;
+                }
+            }
+        }
+        // Every boundary here is an ASCII byte (or an end), so the slices cannot fail.
+        let (param_name, value) = match eq {
+            Some(e) => (trim_lws(s.get(start..e)?), Some(trim_lws(s.get(e + 1..i)?))),
+            None => (trim_lws(s.get(start..i)?), None),
+        };
+        if !is_token(param_name) || !value.is_none_or(value_valid) {
+            return None;
+        }
+        if found.is_none() && param_name.eq_ignore_ascii_case(name) {
+            if first_only {
+                return Some(Some(value));
+            }
+            found = Some(value);
+        }
+        if i >= b.len() {
+            return if first_only { None } else { Some(found) };
+        }
+        start = i + 1;
+    }
+}
+
+/// `token`, `[host]` or a quoted string; plain values may also contain `:` (e.g. `maddr`).
+fn value_valid(v: &str) -> bool {
+    let quoted = v.len() >= 2 && v.starts_with('"') && v.ends_with('"');
+    let host_like = v.starts_with('[') && v.ends_with(']');
+    quoted || host_like || v.bytes().all(|b| is_token_byte(b) || b == b':')
+}
+
+#[cfg(test)]
 pub(crate) fn parse_param(raw: &str) -> Option<Param<'_>> {
     let (name, value) = match find_byte(raw, b'=') {
         Some(eq) => (trim_lws(&raw[..eq]), Some(trim_lws(&raw[eq + 1..]))),
         None => (trim_lws(raw), None),
     };
-    if !is_token(name) {
+    if !is_token(name) || !value.is_none_or(value_valid) {
         return None;
-    }
-    if let Some(v) = value {
-        let quoted = v.len() >= 2 && v.starts_with('"') && v.ends_with('"');
-        let host_like = v.starts_with('[') && v.ends_with(']');
-        if !quoted && !host_like && !is_token(v) && !v.bytes().all(|b| is_token_byte(b) || b == b':') {
-            return None;
-        }
     }
     Some(Param { name, value })
 }
@@ -187,14 +266,9 @@ pub(crate) fn parse_param(raw: &str) -> Option<Param<'_>> {
 /// The parameter `name` (case-insensitive) in `a=b;c`, without allocating.
 /// `None` if absent (or the list is invalid), `Some(None)` for a parameter with no value.
 pub(crate) fn find_param<'a>(s: &'a str, name: &str) -> Option<Option<&'a str>> {
-    for raw in split_top(s, b';') {
-        let p = parse_param(raw.ok()?)?;
-        if p.name.eq_ignore_ascii_case(name) {
-            return Some(p.value);
-        }
-    }
-    None
+    scan_params(s, name, true).flatten()
 }
+
 /// Position of the first `<` outside quoted strings; `None` if a quote is unbalanced.
 pub(crate) fn find_top_level_lt(s: &str) -> Option<Option<usize>> {
     let bytes = s.as_bytes();
@@ -231,11 +305,55 @@ mod tests {
         assert!(parse_params("a;;b").is_none());
     }
 
+    /// The reading the one-pass scanner replaced: split, then check each parameter.
+    fn reference(list: &str, name: &str) -> (Option<()>, Option<Option<&'static str>>, Option<Option<&'static str>>) {
+        let list: &'static str = Box::leak(list.to_string().into_boxed_str());
+        let params: Option<Vec<Param>> = split_top(list, b';').map(|raw| raw.ok().and_then(parse_param)).collect();
+        let find_first = || {
+            for raw in split_top(list, b';') {
+                let p = parse_param(raw.ok()?)?;
+                if p.name.eq_ignore_ascii_case(name) {
+                    return Some(p.value);
+                }
+            }
+            None
+        };
+        let valid = params.as_ref().map(|_| ());
+        let found = params.map(|ps| ps.iter().find(|p| p.name.eq_ignore_ascii_case(name)).and_then(|p| p.value));
+        (valid, found, find_first())
+    }
+
     #[test]
-    fn one_pass_search_matches_validate_then_find() {
-        for list in ["tag=a;tag=b", "tag;tag=b", "x=1; TAG = z ;y", "x=1;y", "a;;tag=1", "tag=\"q\"", ""] {
-            let expected = parse_params(list).map(|()| find_param(list, "tag").flatten());
-            assert_eq!(parse_params_find(list, "tag"), expected, "{list:?}");
+    fn one_pass_scanner_matches_split_then_check() {
+        for list in [
+            "tag=a;tag=b",
+            "tag;tag=b",
+            "x=1; TAG = z ;y",
+            "x=1;y",
+            "a;;tag=1",
+            "tag=\"q\"",
+            "",
+            ";",
+            "tag=1;",
+            "tag=<a;b>",
+            "x=\"a\"<b>\"c\";tag=2",
+            "a\"=\"b",
+            "x=<a=b>",
+            "tag=[::1]",
+            "tag=",
+            "tag=a:b",
+            "tag=a/b",
+            "x=\"open;tag=1",
+            "tag=1;x=<open",
+            "x=\"a\\\\\";tag=3",
+            "t\"ag=1",
+            "tag =\r\n 5",
+            "tag=1,x=2",
+        ] {
+            let (valid, found, first) = reference(list, "tag");
+            assert_eq!(parse_params(list), valid, "{list:?}");
+            assert_eq!(parse_params_find(list, "tag"), valid.and(found), "{list:?}");
+            assert_eq!(find_param(list, "tag"), first, "{list:?}");
         }
     }
 
