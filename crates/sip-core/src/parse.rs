@@ -220,20 +220,27 @@ impl<'a> Parser<'a> {
     }
 
     fn new_header(&mut self, line: &str) {
-        let Some(colon) = lex::find_byte(line, b':') else {
-            return self.fail(BAD, "header line without a colon");
-        };
-        let name = line[..colon].trim_end_matches([' ', '\t']);
-        if !lex::is_token(name) {
-            return self.fail(BAD, "malformed header name");
+        // One scan: token bytes, then spaces or tabs, then the colon. Token bytes never
+        // include `:`, so when this finds a colon it is the first one and the name before it,
+        // trimmed, is a non-empty token: what splitting at the first colon would check.
+        let b = line.as_bytes();
+        let name_end = b.iter().take_while(|c| lex::is_token_byte(**c)).count();
+        let colon = name_end + b.get(name_end..).unwrap_or_default().iter().take_while(|c| matches!(c, b' ' | b'\t')).count();
+        if name_end == 0 || b.get(colon) != Some(&b':') {
+            return if lex::find_byte(line, b':').is_none() {
+                self.fail(BAD, "header line without a colon")
+            } else {
+                self.fail(BAD, "malformed header name")
+            };
         }
         if self.msg_headers.len() >= self.limits.max_headers {
             return self.fail(BAD, "too many header fields");
         }
-        let value = trim_lws(&line[colon + 1..]);
+        let name = line.get(..name_end).unwrap_or_default();
+        let value = trim_lws(line.get(colon + 1..).unwrap_or_default());
         let line_end = self.span(line).end;
         let value_span = if value.is_empty() { Span { start: line_end, end: line_end } } else { self.span(value) };
-        self.msg_headers.push(Header { name: HeaderName::from_bytes(name.as_bytes()), name_span: self.span(name), value: value_span });
+        self.msg_headers.push(Header { name: HeaderName::from_token(name.as_bytes()), name_span: self.span(name), value: value_span });
     }
 
     fn text(&self, span: Span) -> &'a str {
