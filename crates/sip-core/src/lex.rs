@@ -40,11 +40,6 @@ pub(crate) fn trim_lws(s: &str) -> &str {
     s.get(start..end).unwrap_or("")
 }
 
-pub(crate) fn trim_lws_start(s: &str) -> &str {
-    let skip = s.bytes().take_while(|b| is_lws(*b)).count();
-    s.get(skip..).unwrap_or("")
-}
-
 /// Index of the first `byte` (ASCII) in `s`. `str::find(char)` goes through the generic
 /// `CharSearcher`, which the parser profile showed as its single largest cost.
 pub(crate) fn find_byte(s: &str, byte: u8) -> Option<usize> {
@@ -361,7 +356,6 @@ mod tests {
     fn byte_helpers() {
         assert_eq!(trim_lws(" \t a b \r\n"), "a b");
         assert_eq!(trim_lws(" \t "), "");
-        assert_eq!(trim_lws_start("\r\n x "), "x ");
         assert_eq!(find_byte("abc", b'c'), Some(2));
         assert_eq!(find_byte(&"x".repeat(40), b'y'), None);
         assert_eq!(find_byte(&format!("{}:", "x".repeat(40)), b':'), Some(40));
