@@ -26,6 +26,11 @@ pub(crate) fn is_lws(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\r' | b'\n')
 }
 
+/// Token bytes and LWS: an unquoted display name is tokens separated by LWS.
+pub(crate) fn is_token_or_lws_byte(b: u8) -> bool {
+    is_token_byte(b) || is_lws(b)
+}
+
 pub(crate) fn trim_lws(s: &str) -> &str {
     let b = s.as_bytes();
     let mut start = 0;
@@ -268,14 +273,14 @@ pub(crate) fn find_param<'a>(s: &'a str, name: &str) -> Option<Option<&'a str>> 
 pub(crate) fn find_top_level_lt(s: &str) -> Option<Option<usize>> {
     let bytes = s.as_bytes();
     let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'"' => i = skip_quoted(bytes, i)?,
-            b'<' => return Some(Some(i)),
-            _ => i += 1,
+    loop {
+        i = skip_to(bytes, i, STOP_QUOTE | STOP_LT);
+        match bytes.get(i) {
+            None => return Some(None),
+            Some(b'"') => i = skip_quoted(bytes, i)?,
+            Some(_) => return Some(Some(i)),
         }
     }
-    Some(None)
 }
 
 #[cfg(test)]
