@@ -33,6 +33,11 @@ pub(crate) fn is_token_or_lws_byte(b: u8) -> bool {
 
 pub(crate) fn trim_lws(s: &str) -> &str {
     let b = s.as_bytes();
+    // Most values have no white space at either end; LWS bytes are all <= b' '.
+    match (b.first(), b.last()) {
+        (Some(&first), Some(&last)) if first > b' ' && last > b' ' => return s,
+        _ => {}
+    }
     let mut start = 0;
     let mut end = b.len();
     while start < end && is_lws(b[start]) {
@@ -48,10 +53,20 @@ pub(crate) fn trim_lws(s: &str) -> &str {
 /// Index of the first `byte` (ASCII) in `s`. `str::find(char)` goes through the generic
 /// `CharSearcher`, which the parser profile showed as its single largest cost.
 pub(crate) fn find_byte(s: &str, byte: u8) -> Option<usize> {
-    let b = s.as_bytes();
-    // Short haystacks (most SIP tokens) are faster scanned directly than through memchr's setup.
+    find_in(s.as_bytes(), byte)
+}
+
+/// Index of the first `byte` in `b`. Short haystacks (most SIP tokens) are scanned directly;
+/// longer ones (lines, values) with SSE2 called directly: `memchr::memchr` picks its
+/// implementation through a function pointer on every call, ~60 instructions per header line
+/// (bench/proxy_instructions.sh).
+pub(crate) fn find_in(b: &[u8], byte: u8) -> Option<usize> {
     if b.len() < 16 {
         return b.iter().position(|c| *c == byte);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if let Some(finder) = memchr::arch::x86_64::sse2::memchr::One::new(byte) {
+        return finder.find(b);
     }
     memchr::memchr(byte, b)
 }

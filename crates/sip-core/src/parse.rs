@@ -94,7 +94,7 @@ fn parse(buf: Bytes, limits: &ParseLimits, stream: bool) -> Result<Message, Pars
 /// `(end of header section, start of body)` relative to `b`, accepting CRLF or bare LF.
 fn find_head_end(b: &[u8]) -> Option<(usize, usize)> {
     let mut from = 0;
-    while let Some(i) = memchr::memchr(b'\n', &b[from..]).map(|i| from + i) {
+    while let Some(i) = lex::find_in(b.get(from..).unwrap_or_default(), b'\n').map(|i| from + i) {
         match b.get(i + 1) {
             Some(b'\n') => return Some((i + 1, i + 2)),
             Some(b'\r') if b.get(i + 2) == Some(&b'\n') => return Some((i + 1, i + 3)),
