@@ -50,6 +50,19 @@ pub(crate) fn trim_lws(s: &str) -> &str {
     s.get(start..end).unwrap_or("")
 }
 
+/// `(start, end)` of `b` without LWS at either end.
+pub(crate) fn trim_lws_range(b: &[u8]) -> (usize, usize) {
+    let mut start = 0;
+    let mut end = b.len();
+    while start < end && b.get(start).is_some_and(|c| is_lws(*c)) {
+        start += 1;
+    }
+    while end > start && b.get(end - 1).is_some_and(|c| is_lws(*c)) {
+        end -= 1;
+    }
+    (start, end)
+}
+
 /// Index of the first `byte` (ASCII) in `s`. `str::find(char)` goes through the generic
 /// `CharSearcher`, which the parser profile showed as its single largest cost.
 pub(crate) fn find_byte(s: &str, byte: u8) -> Option<usize> {
