@@ -110,6 +110,9 @@ const STOP_LT: u8 = 2;
 const STOP_COMMA: u8 = 4;
 const STOP_SEMI: u8 = 8;
 const STOP_EQ: u8 = 16;
+/// Not stops: classes the parameter scanner accumulates on the way.
+const C_TOKEN: u8 = 32;
+const C_TOKEN_OR_COLON: u8 = 64;
 
 /// One table lookup per byte in the scanning loops instead of a chain of compares.
 const STOPS: [u8; 256] = {
@@ -119,6 +122,14 @@ const STOPS: [u8; 256] = {
     table[b',' as usize] = STOP_COMMA;
     table[b';' as usize] = STOP_SEMI;
     table[b'=' as usize] = STOP_EQ;
+    let mut b = 0;
+    while b < 256 {
+        if TOKEN_BYTES[b] {
+            table[b] |= C_TOKEN | C_TOKEN_OR_COLON;
+        }
+        b += 1;
+    }
+    table[b':' as usize] |= C_TOKEN_OR_COLON;
     table
 };
 
@@ -239,24 +250,52 @@ fn scan_params<'a>(s: &'a str, name: &str, first_only: bool) -> Option<Option<Op
         // a non-token either way, so both reject the same parameters.
         let mut eq = None;
         let mut i = start;
-        loop {
-            i = skip_to(b, i, STOP_QUOTE | STOP_LT | STOP_SEMI | STOP_EQ);
-            match b.get(i) {
-                None | Some(b';') => break,
-                Some(b'"') => i = skip_quoted(b, i)?,
-                Some(b'<') => i += memchr::memchr(b'>', b.get(i..)?)? + 1,
+        // AND of the byte classes of the name and of the value, accumulated on the way: when
+        // they say "all token" (value: token or `:`), the parameter is valid and has no LWS
+        // to trim, with no second look at its bytes. Anything else (LWS, quotes, brackets,
+        // other bytes) takes the exact check below.
+        let mut name_class = 0;
+        let mut class = C_TOKEN | C_TOKEN_OR_COLON;
+        while let Some(&c) = b.get(i) {
+            let k = STOPS[c as usize];
+            if k & (STOP_QUOTE | STOP_LT | STOP_SEMI | STOP_EQ) == 0 {
+                class &= k;
+                i += 1;
+                continue;
+            }
+            match c {
+                b';' => break,
+                b'"' => {
+                    class = 0;
+                    i = skip_quoted(b, i)?;
+                }
+                b'<' => {
+                    class = 0;
+                    i += memchr::memchr(b'>', b.get(i..)?)? + 1;
+                }
+                _ if eq.is_none() => {
+                    eq = Some(i);
+                    name_class = class;
+                    class = C_TOKEN | C_TOKEN_OR_COLON;
+                    i += 1;
+                }
                 _ => {
-                    eq = eq.or(Some(i));
+                    class = 0;
                     i += 1;
                 }
             }
         }
+        let fast = match eq {
+            Some(e) => e > start && name_class & C_TOKEN != 0 && class & C_TOKEN_OR_COLON != 0,
+            None => i > start && class & C_TOKEN != 0,
+        };
         // Every boundary here is an ASCII byte (or an end), so the slices cannot fail.
         let (param_name, value) = match eq {
-            Some(e) => (trim_lws(s.get(start..e)?), Some(trim_lws(s.get(e + 1..i)?))),
-            None => (trim_lws(s.get(start..i)?), None),
+            Some(e) => (s.get(start..e)?, Some(s.get(e + 1..i)?)),
+            None => (s.get(start..i)?, None),
         };
-        if !is_token(param_name) || !value.is_none_or(value_valid) {
+        let (param_name, value) = if fast { (param_name, value) } else { (trim_lws(param_name), value.map(trim_lws)) };
+        if !fast && (!is_token(param_name) || !value.is_none_or(value_valid)) {
             return None;
         }
         if found.is_none() && param_name.eq_ignore_ascii_case(name) {
