@@ -144,6 +144,32 @@ fn skip_to(b: &[u8], mut i: usize, mask: u8) -> usize {
     i
 }
 
+/// Index of the first byte at or after `i` equal to `x`, `y` or `z` (or `b.len()`), eight
+/// bytes at a time: whole Via values are split this way, ~7 instructions per byte bytewise.
+fn skip_to_any3(b: &[u8], mut i: usize, x: u8, y: u8, z: u8) -> usize {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    // Non-zero exactly when some byte of `w` equals `c` (the classic has-zero-byte test).
+    let has = |w: u64, c: u8| {
+        let v = w ^ (LO * u64::from(c));
+        v.wrapping_sub(LO) & !v & HI
+    };
+    while let Some(chunk) = b.get(i..).and_then(<[u8]>::first_chunk::<8>) {
+        let w = u64::from_le_bytes(*chunk);
+        if has(w, x) | has(w, y) | has(w, z) != 0 {
+            break;
+        }
+        i += 8;
+    }
+    while let Some(&c) = b.get(i) {
+        if c == x || c == y || c == z {
+            break;
+        }
+        i += 1;
+    }
+    i
+}
+
 impl<'a> Iterator for TopLevelSplit<'a> {
     type Item = Result<&'a str, ()>;
 
@@ -153,18 +179,9 @@ impl<'a> Iterator for TopLevelSplit<'a> {
         }
         let bytes = self.s.as_bytes();
         let start = self.pos;
-        // Separators other than `,` and `;` have no class in the table: compared byte by byte.
-        let sep_class = match self.sep {
-            b',' => STOP_COMMA,
-            b';' => STOP_SEMI,
-            _ => 0,
-        };
-        let mask = STOP_QUOTE | STOP_LT | sep_class;
         let mut i = start;
         while i < bytes.len() {
-            if sep_class != 0 {
-                i = skip_to(bytes, i, mask);
-            }
+            i = skip_to_any3(bytes, i, b'"', b'<', self.sep);
             let Some(&b) = bytes.get(i) else { break };
             match b {
                 b'"' => match skip_quoted(bytes, i) {
@@ -421,6 +438,24 @@ mod tests {
             assert_eq!(parse_params(list), valid, "{list:?}");
             assert_eq!(parse_params_find(list, "tag"), valid.and(found), "{list:?}");
             assert_eq!(find_param(list, "tag"), first, "{list:?}");
+        }
+    }
+
+    #[test]
+    fn word_scan_matches_byte_scan() {
+        let naive = |b: &[u8], i: usize| (i..b.len()).find(|&j| matches!(b[j], b'"' | b'<' | b',')).unwrap_or(b.len().max(i));
+        for len in 0..40 {
+            for at in 0..=len {
+                for c in [b'"', b'<', b',', b'a', 0x80, 0xff, 0x2c ^ 0x80, 0x01] {
+                    let mut b: Vec<u8> = (0..len).map(|k| b'a' + (k % 26) as u8).collect();
+                    if at < len {
+                        b[at] = c;
+                    }
+                    for from in 0..=len {
+                        assert_eq!(skip_to_any3(&b, from, b'"', b'<', b','), naive(&b, from), "{b:?} from {from}");
+                    }
+                }
+            }
         }
     }
 
