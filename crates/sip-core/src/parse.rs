@@ -200,6 +200,14 @@ impl HeaderWalk {
     }
 }
 
+/// `s` up to its first space, and what follows that space (`None` without a space).
+fn split_space(s: &str) -> (&str, Option<&str>) {
+    match lex::find_byte(s, b' ') {
+        Some(i) => (s.get(..i).unwrap_or_default(), s.get(i + 1..)),
+        None => (s, None),
+    }
+}
+
 struct Parser<'a> {
     buf: &'a Bytes,
     head: &'a str,
@@ -230,10 +238,17 @@ impl<'a> Parser<'a> {
     }
 
     fn status_line(&mut self, line: &'a str, after_prefix: &'a str) -> StartLine {
-        let mut parts = after_prefix.splitn(3, ' ');
-        let version = parts.next().unwrap_or("");
-        let code = parts.next().unwrap_or("");
-        let reason = parts.next().unwrap_or(&line[line.len()..]);
+        // `splitn(3, ' ')` by byte search: `str::split` with a char pattern was ~280
+        // instructions per start line.
+        let end = line.get(line.len()..).unwrap_or_default();
+        let (version, rest) = split_space(after_prefix);
+        let (code, reason) = match rest {
+            Some(rest) => {
+                let (code, reason) = split_space(rest);
+                (code, reason.unwrap_or(end))
+            }
+            None => ("", end),
+        };
         if version != "2.0" {
             self.fail(505, "unsupported SIP version");
         }
@@ -248,18 +263,18 @@ impl<'a> Parser<'a> {
     }
 
     fn request_line(&mut self, line: &'a str) -> Result<StartLine, ParseError> {
-        let mut parts = line.split(' ');
-        let method_text = parts.next().unwrap_or("");
+        // `split(' ')` by byte search, as in `status_line`.
+        let (method_text, after_method) = split_space(line);
         if !lex::is_token(method_text) {
             return Err(ParseError::BadStartLine);
         }
         let method = Method::from_bytes(method_text.as_bytes(), self.buf);
         // Missing parts are empty slices at the end of the line, so their spans stay inside it.
-        let end = &line[line.len()..];
-        let uri = parts.next().unwrap_or(end);
-        let version = parts.next().unwrap_or(end);
+        let end = line.get(line.len()..).unwrap_or_default();
+        let (uri, after_uri) = after_method.map_or((end, None), split_space);
+        let (version, after_version) = after_uri.map_or((end, None), split_space);
         let uri_span = self.span(uri);
-        if parts.next().is_some() || uri.is_empty() {
+        if after_version.is_some() || uri.is_empty() {
             self.fail(BAD, "malformed Request-Line");
         } else if !version.eq_ignore_ascii_case("SIP/2.0") {
             let looks_like_version = version.len() > 4 && version.get(..4).is_some_and(|p| p.eq_ignore_ascii_case("SIP/"));

@@ -49,22 +49,28 @@ impl<'a> Uri<'a> {
         }
         let scheme = s.get(..colon)?;
         let rest = s.get(colon + 1..)?;
-        // One pass: no white space or angle brackets anywhere, and the first `@` for sip URIs.
+        // One pass: no white space or angle brackets anywhere, the first `@` and the first
+        // `;` or `?` (for sip URIs).
         let mut at = None;
+        let mut stop = None;
         for (i, c) in rest.bytes().enumerate() {
             let k = class(c);
-            if k & (BAD | AT) != 0 {
+            if k & (BAD | AT | STOP) != 0 {
                 if k & BAD != 0 {
                     return None;
                 }
-                at = at.or(Some(i));
+                if k & AT != 0 {
+                    at = at.or(Some(i));
+                } else {
+                    stop = stop.or(Some(i));
+                }
             }
         }
         if rest.is_empty() {
             return None;
         }
         if scheme.eq_ignore_ascii_case("sip") || scheme.eq_ignore_ascii_case("sips") {
-            SipUri::parse_after_scheme(rest, at, scheme.len() == 4).map(Uri::Sip)
+            SipUri::parse_after_scheme(rest, at, stop, scheme.len() == 4).map(Uri::Sip)
         } else {
             Some(Uri::Other { scheme, rest })
         }
@@ -93,6 +99,7 @@ const AT: u8 = 2;
 const SCHEME: u8 = 4; // after the first letter
 const USER: u8 = 8; // unreserved, escaped (`%`), user-unreserved, and `:` / `;` of password / tel params
 const HOST: u8 = 16; // hostname and IPv4 characters
+const STOP: u8 = 32; // `;` and `?`: end of the host part
 
 const CLASSES: [u8; 256] = {
     let mut table = [0u8; 256];
@@ -137,6 +144,9 @@ const CLASSES: [u8; 256] = {
         if c.is_ascii_alphanumeric() || c == b'-' || c == b'.' {
             k |= HOST;
         }
+        if c == b';' || c == b'?' {
+            k |= STOP;
+        }
         table[i] = k;
         i += 1;
     }
@@ -148,8 +158,9 @@ fn class(c: u8) -> u8 {
 }
 
 impl<'a> SipUri<'a> {
-    /// `at`: index of the first `@` in `rest`, found by the caller's pass.
-    fn parse_after_scheme(rest: &'a str, at: Option<usize>, secure: bool) -> Option<SipUri<'a>> {
+    /// `at`, `stop`: indexes of the first `@` and the first `;` or `?` in `rest`, found by the
+    /// caller's pass.
+    fn parse_after_scheme(rest: &'a str, at: Option<usize>, stop: Option<usize>, secure: bool) -> Option<SipUri<'a>> {
         // The user part may contain `?`, `;` and `:` (RFC 3261 `user-unreserved`, password),
         // so the `@` is found first and headers are only looked for after it.
         let (user, after_user) = match at {
@@ -163,7 +174,14 @@ impl<'a> SipUri<'a> {
         }
         // First `;` or `?` after the user part: `?` ends host and parameters, `;` the host.
         let tail = after_user.as_bytes();
-        let stop = tail.iter().position(|c| matches!(c, b';' | b'?')).unwrap_or(tail.len());
+        let stop = match (at, stop) {
+            // The caller's `;` / `?` is after the `@`: it is the first one after it too.
+            (None, Some(stop)) => stop,
+            (Some(at), Some(stop)) if stop > at => stop - at - 1,
+            (_, None) => tail.len(),
+            // A `;` or `?` in the user part: look again after the `@`.
+            _ => tail.iter().position(|c| matches!(c, b';' | b'?')).unwrap_or(tail.len()),
+        };
         let (hostport, params, headers) = match tail.get(stop) {
             Some(b'?') => (after_user.get(..stop)?, "", Some(after_user.get(stop + 1..)?)),
             Some(_) => {
