@@ -226,7 +226,7 @@ mod tests {
             let found = all.iter().find(|(t, _)| t.as_bytes().eq_ignore_ascii_case(text)).map(|(_, n)| *n);
             let compact = [b'v', b'f', b't', b'i', b'l', b'c', b'm', b'k'];
             match text {
-                [c] => compact.iter().position(|x| x.eq_ignore_ascii_case(c)).map_or(HeaderName::Other, |i| all_compact(i)),
+                [c] => compact.iter().position(|x| x.eq_ignore_ascii_case(c)).map_or(HeaderName::Other, all_compact),
                 _ => found.unwrap_or(HeaderName::Other),
             }
         };
