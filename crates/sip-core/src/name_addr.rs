@@ -74,7 +74,8 @@ fn display_name_valid(d: &str) -> bool {
     if d.starts_with('"') {
         return lex::skip_quoted(d.as_bytes(), 0) == Some(d.len());
     }
-    d.split([' ', '\t', '\r', '\n']).filter(|w| !w.is_empty()).all(lex::is_token)
+    // Every word a token: the same as every byte a token byte or LWS (`d` is trimmed, not empty).
+    d.bytes().all(lex::is_token_or_lws_byte)
 }
 
 #[cfg(test)]

@@ -37,14 +37,40 @@ pub struct SipUri<'a> {
 
 impl<'a> Uri<'a> {
     pub fn parse(s: &'a str) -> Option<Uri<'a>> {
-        let colon = lex::find_byte(s, b':')?;
-        let scheme = &s[..colon];
-        let rest = &s[colon + 1..];
-        if !is_scheme(scheme) || rest.is_empty() || rest.bytes().any(|b| lex::is_lws(b) || b == b'<' || b == b'>') {
+        let b = s.as_bytes();
+        // The scheme runs to the first `:`; scheme bytes never include `:`, so scanning them
+        // and requiring a `:` right after is the same as splitting at the first `:`.
+        if !b.first().is_some_and(u8::is_ascii_alphabetic) {
+            return None;
+        }
+        let colon = 1 + b.get(1..)?.iter().take_while(|c| class(**c) & SCHEME != 0).count();
+        if b.get(colon) != Some(&b':') {
+            return None;
+        }
+        let scheme = s.get(..colon)?;
+        let rest = s.get(colon + 1..)?;
+        // One pass: no white space or angle brackets anywhere, the first `@` and the first
+        // `;` or `?` (for sip URIs).
+        let mut at = None;
+        let mut stop = None;
+        for (i, c) in rest.bytes().enumerate() {
+            let k = class(c);
+            if k & (BAD | AT | STOP) != 0 {
+                if k & BAD != 0 {
+                    return None;
+                }
+                if k & AT != 0 {
+                    at = at.or(Some(i));
+                } else {
+                    stop = stop.or(Some(i));
+                }
+            }
+        }
+        if rest.is_empty() {
             return None;
         }
         if scheme.eq_ignore_ascii_case("sip") || scheme.eq_ignore_ascii_case("sips") {
-            SipUri::parse_after_scheme(rest, scheme.len() == 4).map(Uri::Sip)
+            SipUri::parse_after_scheme(rest, at, stop, scheme.len() == 4).map(Uri::Sip)
         } else {
             Some(Uri::Other { scheme, rest })
         }
@@ -67,32 +93,105 @@ impl<'a> Uri<'a> {
     }
 }
 
-fn is_scheme(s: &str) -> bool {
-    let mut bytes = s.bytes();
-    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic())
-        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
+/// Byte classes of URI text (RFC 3261 §25.1), one table lookup per byte.
+const BAD: u8 = 1; // LWS, `<`, `>`: never inside a URI here
+const AT: u8 = 2;
+const SCHEME: u8 = 4; // after the first letter
+const USER: u8 = 8; // unreserved, escaped (`%`), user-unreserved, and `:` / `;` of password / tel params
+const HOST: u8 = 16; // hostname and IPv4 characters
+const STOP: u8 = 32; // `;` and `?`: end of the host part
+
+const CLASSES: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        let c = i as u8;
+        let mut k = 0;
+        if matches!(c, b' ' | b'\t' | b'\r' | b'\n' | b'<' | b'>') {
+            k |= BAD;
+        }
+        if c == b'@' {
+            k |= AT;
+        }
+        if c.is_ascii_alphanumeric() || matches!(c, b'+' | b'-' | b'.') {
+            k |= SCHEME;
+        }
+        if c.is_ascii_alphanumeric()
+            || matches!(
+                c,
+                b'-' | b'_'
+                    | b'.'
+                    | b'!'
+                    | b'~'
+                    | b'*'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'%'
+                    | b'&'
+                    | b'='
+                    | b'+'
+                    | b'$'
+                    | b','
+                    | b';'
+                    | b'?'
+                    | b'/'
+                    | b':'
+            )
+        {
+            k |= USER;
+        }
+        if c.is_ascii_alphanumeric() || c == b'-' || c == b'.' {
+            k |= HOST;
+        }
+        if c == b';' || c == b'?' {
+            k |= STOP;
+        }
+        table[i] = k;
+        i += 1;
+    }
+    table
+};
+
+fn class(c: u8) -> u8 {
+    CLASSES[c as usize]
 }
 
 impl<'a> SipUri<'a> {
-    fn parse_after_scheme(rest: &'a str, secure: bool) -> Option<SipUri<'a>> {
+    /// `at`, `stop`: indexes of the first `@` and the first `;` or `?` in `rest`, found by the
+    /// caller's pass.
+    fn parse_after_scheme(rest: &'a str, at: Option<usize>, stop: Option<usize>, secure: bool) -> Option<SipUri<'a>> {
         // The user part may contain `?`, `;` and `:` (RFC 3261 `user-unreserved`, password),
         // so the `@` is found first and headers are only looked for after it.
-        let (user, after_user) = match lex::find_byte(rest, b'@') {
-            Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+        let (user, after_user) = match at {
+            Some(at) => (Some(rest.get(..at)?), rest.get(at + 1..)?),
             None => (None, rest),
         };
-        let (hostpart, headers) = match lex::find_byte(after_user, b'?') {
-            Some(q) => (&after_user[..q], Some(&after_user[q + 1..])),
-            None => (after_user, None),
-        };
         if let Some(user) = user {
-            if user.is_empty() || !user.bytes().all(is_user_byte) || !escapes_valid(user) {
+            if user.is_empty() || !user_valid(user.as_bytes()) {
                 return None;
             }
         }
-        let (hostport, params) = match lex::find_byte(hostpart, b';') {
-            Some(semi) => (&hostpart[..semi], &hostpart[semi + 1..]),
-            None => (hostpart, ""),
+        // First `;` or `?` after the user part: `?` ends host and parameters, `;` the host.
+        let tail = after_user.as_bytes();
+        let stop = match (at, stop) {
+            // The caller's `;` / `?` is after the `@`: it is the first one after it too.
+            (None, Some(stop)) => stop,
+            (Some(at), Some(stop)) if stop > at => stop - at - 1,
+            (_, None) => tail.len(),
+            // A `;` or `?` in the user part: look again after the `@`.
+            _ => tail.iter().position(|c| matches!(c, b';' | b'?')).unwrap_or(tail.len()),
+        };
+        let (hostport, params, headers) = match tail.get(stop) {
+            Some(b'?') => (after_user.get(..stop)?, "", Some(after_user.get(stop + 1..)?)),
+            Some(_) => {
+                let after = after_user.get(stop + 1..)?;
+                match lex::find_byte(after, b'?') {
+                    Some(q) => (after_user.get(..stop)?, after.get(..q)?, Some(after.get(q + 1..)?)),
+                    None => (after_user.get(..stop)?, after, None),
+                }
+            }
+            None => (after_user, "", None),
         };
         let (host, port) = split_host_port(hostport)?;
         if !params.is_empty() {
@@ -131,72 +230,57 @@ pub(crate) fn host_ip(host: &str) -> Option<IpAddr> {
     bare.parse().ok()
 }
 
-fn is_user_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric()
-        || matches!(
-            b,
-            b'-' | b'_'
-                | b'.'
-                | b'!'
-                | b'~'
-                | b'*'
-                | b'\''
-                | b'('
-                | b')'
-                | b'%'
-                | b'&'
-                | b'='
-                | b'+'
-                | b'$'
-                | b','
-                | b';'
-                | b'?'
-                | b'/'
-                | b':'
-        )
-}
-
-fn escapes_valid(s: &str) -> bool {
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            if !(b.get(i + 1).is_some_and(u8::is_ascii_hexdigit) && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit)) {
-                return false;
-            }
-            i += 3;
-        } else {
-            i += 1;
-        }
-    }
-    true
+/// User characters only, and every `%` followed by two hex digits (a hex digit is never a
+/// `%`, so no escape can hide another).
+fn user_valid(b: &[u8]) -> bool {
+    b.iter().enumerate().all(|(i, c)| {
+        class(*c) & USER != 0
+            && (*c != b'%' || (b.get(i + 1).is_some_and(u8::is_ascii_hexdigit) && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit)))
+    })
 }
 
 /// Splits `host[:port]`, validating the host (hostname, IPv4 or bracketed IPv6).
 pub(crate) fn split_host_port(s: &str) -> Option<(&str, Option<u16>)> {
     let (host, port_text) = if s.starts_with('[') {
         let close = lex::find_byte(s, b']')?;
-        let host = &s[..=close];
-        host[1..close].parse::<Ipv6Addr>().ok()?;
-        match &s[close + 1..] {
+        let host = s.get(..=close)?;
+        s.get(1..close)?.parse::<Ipv6Addr>().ok()?;
+        match s.get(close + 1..)? {
             "" => (host, None),
             rest => (host, Some(rest.strip_prefix(':')?)),
         }
     } else {
-        match lex::find_byte(s, b':') {
-            Some(c) => (&s[..c], Some(&s[c + 1..])),
+        // Host bytes never include `:`, so the host must run exactly to the first `:` or the end.
+        let end = s.bytes().take_while(|c| class(*c) & HOST != 0).count();
+        if end == 0 {
+            return None;
+        }
+        match s.as_bytes().get(end) {
             None => (s, None),
+            Some(b':') => (s.get(..end)?, Some(s.get(end + 1..)?)),
+            Some(_) => return None,
         }
     };
-    if !host.starts_with('[') && (host.is_empty() || !host.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')) {
-        return None;
-    }
     let port = match port_text {
         None => None,
-        Some(p) if !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => Some(p.parse::<u16>().ok()?),
-        Some(_) => return None,
+        Some(p) => Some(parse_port(p)?),
     };
     Some((host, port))
+}
+
+/// 1 to 5 digits, at most 65535.
+fn parse_port(p: &str) -> Option<u16> {
+    if p.is_empty() || p.len() > 5 {
+        return None;
+    }
+    let mut n: u32 = 0;
+    for c in p.bytes() {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        n = n * 10 + u32::from(c - b'0');
+    }
+    u16::try_from(n).ok()
 }
 
 #[cfg(test)]
