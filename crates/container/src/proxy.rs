@@ -89,7 +89,10 @@ impl CoreState {
             None => {
                 let natural = next_hop_of(msg, req.consumed_route);
                 let is_self = natural.is_some_and(|d| {
-                    self.locals.listeners.iter().any(|l| l.addr == d.addr || (l.addr.ip().is_unspecified() && l.addr.port() == d.addr.port()))
+                    self.locals
+                        .listeners
+                        .iter()
+                        .any(|l| l.addr == d.addr || (l.addr.ip().is_unspecified() && l.addr.port() == d.addr.port()))
                 });
                 match (natural, options.fallback) {
                     (Some(d), _) if !is_self => d,
