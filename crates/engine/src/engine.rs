@@ -196,10 +196,12 @@ impl<H: Handler> MachineService<H> {
         if neg.owns_queue {
             return;
         }
-        neg.owns_queue = true;
+        // Only the negotiation that made the queue owns it: one begun outside `start` (a
+        // timer, a completion) that finds another's queue must not hand it on or remove it.
         if let dashmap::Entry::Vacant(free) = self.in_progress.entry(session) {
             free.insert(std::collections::VecDeque::new());
             self.queued_sessions.fetch_add(1, Relaxed);
+            neg.owns_queue = true;
         }
     }
 
