@@ -389,6 +389,19 @@ class Rig:
         self.port = free_port()
         self.admin = free_port()
         self.mode = "u1" if args.transport == "udp" else "t1"
+        # --callees N: the callers cycle through N request-URI users (a SIPp injection file),
+        # so that per-callee database rows (B2BUA policies and billing) are not one hot row.
+        self.scenario_file, self.inf, self.callees = SCENARIO, None, []
+        if getattr(args, "callees", 0):
+            self.callees = ["callee%05d" % i for i in range(1, args.callees + 1)]
+            self.inf = os.path.join(self.dir, "callees.csv")
+            with open(self.inf, "w") as f:
+                f.write("SEQUENTIAL\n" + "".join(u + "\n" for u in self.callees))
+            with open(SCENARIO) as f:
+                xml = f.read()
+            self.scenario_file = os.path.join(self.dir, "uac_callees.xml")
+            with open(self.scenario_file, "w") as f:
+                f.write(xml.replace("[service]", "[field0]"))
 
     def start(self):
         a = self.args
@@ -412,8 +425,12 @@ class Rig:
         else:
             svc = ["--service", "uas"]
         self.binary = binary_id(a.binary)
+        sets = list(a.set)
+        if self.callees:
+            # every callee gets a policy at start-up (B2BUA 1T/2T): no call is refused with 403
+            sets.append("database.seed_users=[%s]" % ",".join('"%s"' % u for u in self.callees))
         cmd = [a.binary, "run", "--listen", "%s:127.0.0.1:%d" % (a.transport, self.port),
-               "--admin", "127.0.0.1:%d" % self.admin] + svc + sum((["--set", s] for s in a.set), [])
+               "--admin", "127.0.0.1:%d" % self.admin] + svc + sum((["--set", s] for s in sets), [])
         self.cmd = cmd
         self.t_out = open(os.path.join(self.dir, "tandem.stdout.log"), "wb")
         self.t_err = open(os.path.join(self.dir, "tandem.stderr.log"), "wb")
@@ -475,14 +492,14 @@ class Rig:
                 port = free_port()
             ports.add(port)
             pre = "" if n_inst == 1 else "uac%d-" % (i + 1)
-            cmd = ["sipp", "-sf", SCENARIO, "127.0.0.1:%d" % self.port, "-t", self.mode,
+            cmd = ["sipp", "-sf", self.scenario_file, "127.0.0.1:%d" % self.port, "-t", self.mode,
                    "-i", "127.0.0.1", "-p", str(port),
                    "-r", str(r_i), "-m", str(c_i), "-l", str(max(1000, r_i * 10)),
                    "-nostdin", "-buff_size", str(a.sipp_buffer), "-trace_rtt", "-rtt_freq", str(rtt_freq(c_i)),
                    "-trace_stat", "-stf", os.path.join(sdir, pre + "stat.csv"), "-fd", "1",
                    "-trace_err", "-error_file", os.path.join(sdir, pre + "errors.log"),
                    "-trace_screen", "-screen_file", os.path.join(sdir, pre + "screen.log"),
-                   "-timeout", "%ds" % (dur + 60)]
+                   "-timeout", "%ds" % (dur + 60)] + (["-inf", self.inf] if self.inf else [])
             out = open(os.path.join(sdir, pre + "sipp.stdout.log"), "wb")
             started = time.monotonic() - t0
             try:
@@ -829,6 +846,9 @@ def main(argv=None):
                          "ceil(rate / this) instances (one sipp uac tops out near 6,000 cps here)")
     ap.add_argument("--uac-instances", type=int, default=0,
                     help="force this many sipp uac instances per step (0 = from --uac-max-rate)")
+    ap.add_argument("--callees", type=int, default=0,
+                    help="callers cycle through this many request-URI users, each seeded with a "
+                         "B2BUA policy (0: every call to the one user 'service')")
     ap.add_argument("--quick", action="store_true",
                     help="short run: 5 s steps, +1000 cps, at most 3 steps per scenario")
     ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
@@ -860,6 +880,7 @@ def main(argv=None):
                        "max_steps": args.max_steps, "quick": args.quick, "set": args.set,
                        "sipp_buffer": args.sipp_buffer,
                        "uac_max_rate": args.uac_max_rate, "uac_instances": args.uac_instances,
+                       "callees": args.callees,
                        "success_min": SUCCESS_MIN,
                        "latency_criterion": "%d%% <= %d ms and %d%% <= %d ms"
                                             % (LAT50_SHARE * 100, LAT50_MS, LAT25_SHARE * 100, LAT25_MS)},
