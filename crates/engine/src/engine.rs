@@ -13,7 +13,7 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
-use tandem_container::{AppSessionId, AttrValue, Context, Request, ResponseEvent, Service, SessionId, SipSession, TimerId, UaProfile};
+use tandem_container::{AppSessionId, Context, Request, ResponseEvent, Service, SessionId, SipSession, TimerId, UaProfile};
 use tandem_contract::ast::NavRoot;
 
 /// How a service's transitions acquire their sessions.
@@ -547,7 +547,7 @@ fn set_state(ctx: &mut Context<'_>, holder: SessionId, state: &str) {
 fn set_state_on(s: &mut SipSession, state: &str) {
     // A session removed meanwhile keeps no state (as if looked up and not found).
     if !s.is_removed() {
-        s.attributes.set(STATE, AttrValue::Str(state.to_string()));
+        s.attributes.set_str(STATE, state);
     }
 }
 
