@@ -230,7 +230,8 @@ impl<H: Handler> MachineService<H> {
         if event.app.is_none() && matches!(event.trigger, Trigger::Request { .. }) {
             event.app = event.session.and_then(|s| ctx.with_session(s, |_, s| s.app));
         }
-        let mut neg = Box::new(Negotiation {
+        // On the stack: boxed only if it has to wait for a lock.
+        let mut neg = Negotiation {
             ticket: self.next_ticket.fetch_add(1, Relaxed),
             event,
             executor: ctx.executor(),
@@ -240,7 +241,7 @@ impl<H: Handler> MachineService<H> {
             backoffs: 0,
             prediction: None,
             owns_queue,
-        });
+        };
         let mut prediction = None;
         match self.negotiator {
             Negotiator::Global => {
@@ -254,12 +255,30 @@ impl<H: Handler> MachineService<H> {
             }
             Negotiator::Ordered => {}
         }
-        self.drive_with(ctx, neg, &mut prediction);
+        if let Some(k) = self.drive_with(ctx, &mut neg, &mut prediction) {
+            self.park(ctx, Box::new(neg), k);
+        }
     }
 
     /// Resumes a negotiation handed a lock (its prediction, if any, travels with it).
-    fn drive(&self, ctx: &mut Context<'_>, neg: Box<Negotiation>) {
-        self.drive_with(ctx, neg, &mut None);
+    fn drive(&self, ctx: &mut Context<'_>, mut neg: Box<Negotiation>) {
+        if let Some(k) = self.drive_with(ctx, &mut neg, &mut None) {
+            self.park(ctx, neg, k);
+        }
+    }
+
+    /// Queues `neg` for `k`, which `drive_with` found taken; if it was released meanwhile,
+    /// goes on.
+    fn park(&self, ctx: &mut Context<'_>, neg: Box<Negotiation>, k: Key) {
+        match self.locks.acquire(k, neg.ticket, neg) {
+            Acquire::Acquired(mut n) => {
+                n.held.insert(k);
+                self.drive(ctx, n);
+            }
+            Acquire::Queued => {
+                self.stats.waits.fetch_add(1, Relaxed);
+            }
+        }
     }
 
     /// Acquires what is pending, evaluates, and either runs the transition, absorbs the
@@ -267,42 +286,28 @@ impl<H: Handler> MachineService<H> {
     /// transition that releases the lock, on this executor).
     ///
     /// `prediction` is the single-assignment negotiator's unlocked evaluation while it is on
-    /// this stack; it moves into the negotiation (boxed) only if the negotiation has to wait.
-    fn drive_with(&self, ctx: &mut Context<'_>, mut neg: Box<Negotiation>, prediction: &mut Option<Prediction>) {
+    /// this stack; it moves into the negotiation only if the negotiation has to wait. The
+    /// negotiation itself may be on the caller's stack too: a busy lock's key is returned, and
+    /// the caller boxes the negotiation and queues it ([`Self::park`]). `None`: it ended.
+    fn drive_with(&self, ctx: &mut Context<'_>, neg: &mut Negotiation, prediction: &mut Option<Prediction>) -> Option<Key> {
         loop {
             while let Some(k) = neg.to_acquire.pop_first() {
                 if neg.held.contains(&k) {
                     continue;
                 }
                 debug_assert!(neg.held.last().is_none_or(|m| *m < k), "acquisition out of order");
-                let ticket = neg.ticket;
-                // Free locks are taken without touching the prediction; a busy one queues the
-                // negotiation, which then carries its prediction.
-                let mut busy = match self.locks.try_acquire(k, ticket, neg) {
-                    Acquire::Acquired(n) => {
-                        neg = n;
-                        neg.held.insert(k);
-                        continue;
-                    }
-                    Acquire::Busy(n) => n,
-                    // `try_acquire` never queues.
-                    Acquire::Queued => return,
-                };
-                // It will wait: later events of its session must wait behind it.
-                self.open_queue(&mut busy);
+                // Free locks are taken without moving the negotiation or its prediction.
+                if self.locks.try_take(k, neg.ticket) {
+                    neg.held.insert(k);
+                    continue;
+                }
+                // It will wait: later events of its session must wait behind it, and it
+                // carries its prediction.
+                self.open_queue(neg);
                 if let Some(p) = prediction.take() {
-                    busy.prediction = Some(Box::new(p));
+                    neg.prediction = Some(Box::new(p));
                 }
-                match self.locks.acquire(k, ticket, busy) {
-                    Acquire::Acquired(n) | Acquire::Busy(n) => {
-                        neg = n;
-                        neg.held.insert(k);
-                    }
-                    Acquire::Queued => {
-                        self.stats.waits.fetch_add(1, Relaxed);
-                        return;
-                    }
-                }
+                return Some(k);
             }
             // Evaluate again only if the prediction may be stale. Evaluation is a function of
             // the message (fixed) and of what it reads. The prediction read without locks, so a
@@ -328,7 +333,7 @@ impl<H: Handler> MachineService<H> {
                     if had_prediction {
                         self.stats.reevaluations.fetch_add(1, Relaxed);
                     }
-                    let (outcome, reads) = self.evaluate(ctx, &neg);
+                    let (outcome, reads) = self.evaluate(ctx, neg);
                     fresh = reads;
                     (outcome, &fresh)
                 }
@@ -336,25 +341,28 @@ impl<H: Handler> MachineService<H> {
             match outcome {
                 Outcome::Need(wanted) => {
                     *prediction = None;
-                    self.plan(ctx, &mut neg, wanted);
+                    self.plan(ctx, neg, wanted);
                 }
                 Outcome::Absorb => {
                     self.stats.absorbed.fetch_add(1, Relaxed);
                     answer_absorbed(ctx, &neg.event);
-                    return self.release_all(ctx, neg);
+                    self.release_all(ctx, neg);
+                    return None;
                 }
                 Outcome::Ambiguous(names) => {
                     tracing::error!(service = %self.name, transitions = ?names, "contract defect: several transitions enabled; none taken");
                     self.stats.ambiguous.fetch_add(1, Relaxed);
-                    return self.release_all(ctx, neg);
+                    self.release_all(ctx, neg);
+                    return None;
                 }
                 Outcome::Run(chosen) => {
                     let missing: SortedSet<Key> = chosen.needed.difference(&neg.held).copied().collect();
                     if missing.is_empty() || self.negotiator == Negotiator::Global {
-                        return self.run(ctx, neg, chosen, reads);
+                        self.run(ctx, neg, chosen, reads);
+                        return None;
                     }
                     *prediction = None;
-                    self.plan(ctx, &mut neg, missing);
+                    self.plan(ctx, neg, missing);
                 }
             }
         }
@@ -381,7 +389,7 @@ impl<H: Handler> MachineService<H> {
         ctx.post(executor, Box::new(move |ctx: &mut Context<'_>| me.drive(ctx, next)));
     }
 
-    fn release_all(&self, ctx: &mut Context<'_>, neg: Box<Negotiation>) {
+    fn release_all(&self, ctx: &mut Context<'_>, neg: &Negotiation) {
         for &k in &neg.held {
             self.release_key(ctx, k, neg.ticket);
         }
@@ -426,7 +434,7 @@ impl<H: Handler> MachineService<H> {
 
     /// Runs the arm with access to the dynamic contract's sessions (`needed`: what the handles
     /// traverse, and the state holders) — not to sessions only the guard looked at.
-    fn run(&self, ctx: &mut Context<'_>, neg: Box<Negotiation>, chosen: Chosen, reads: &Reads) {
+    fn run(&self, ctx: &mut Context<'_>, neg: &Negotiation, chosen: Chosen, reads: &Reads) {
         let transition = chosen.transition;
         let negotiated = ctx.now().saturating_duration_since(neg.started);
         let t = self.compiled.transition(transition);
@@ -438,9 +446,9 @@ impl<H: Handler> MachineService<H> {
         let stats = &self.stats.transitions[transition];
         match result {
             Ok(()) => {
-                self.commit_state(ctx, &neg, &chosen, done.created_sips, reads);
+                self.commit_state(ctx, neg, &chosen, done.created_sips, reads);
                 apply(ctx, &neg.event, done.actions, reads);
-                self.finish_executions(ctx, &neg, transition, &chosen.vars, done.created_sips, reads);
+                self.finish_executions(ctx, neg, transition, &chosen.vars, done.created_sips, reads);
                 stats.count.fetch_add(1, Relaxed);
             }
             Err(e) => {
