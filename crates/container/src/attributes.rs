@@ -38,6 +38,20 @@ impl Attributes {
         }
     }
 
+    /// Sets `name` to the text `value`, reusing the buffer of the text it holds, if any (no
+    /// allocation when a text attribute is overwritten by one that fits, e.g. a state name).
+    pub fn set_str(&mut self, name: &str, value: &str) {
+        self.generation += 1;
+        match self.entries.iter_mut().find(|(n, _)| &**n == name) {
+            Some((_, AttrValue::Str(s))) => {
+                s.clear();
+                s.push_str(value);
+            }
+            Some((_, v)) => *v = AttrValue::Str(value.to_string()),
+            None => self.entries.push((name.into(), AttrValue::Str(value.to_string()))),
+        }
+    }
+
     pub fn remove(&mut self, name: &str) -> Option<AttrValue> {
         let i = self.entries.iter().position(|(n, _)| &**n == name)?;
         self.generation += 1;
@@ -93,6 +107,20 @@ impl Attributes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn set_str_overwrites_and_counts() {
+        let mut a = Attributes::default();
+        a.set_str("s", "Idle");
+        let g = a.generation();
+        a.set_str("s", "TalkingWithMS");
+        assert_eq!(a.get_str("s"), Some("TalkingWithMS"));
+        assert!(a.generation() > g);
+        a.set("n", AttrValue::Int(1));
+        a.set_str("n", "x");
+        assert_eq!(a.get_str("n"), Some("x"));
+        assert_eq!(a.len(), 2);
+    }
 
     #[test]
     fn typed_access() {

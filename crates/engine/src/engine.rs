@@ -13,7 +13,7 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
-use tandem_container::{AppSessionId, AttrValue, Context, Request, ResponseEvent, Service, SessionId, SipSession, TimerId, UaProfile};
+use tandem_container::{AppSessionId, Context, Request, ResponseEvent, Service, SessionId, SipSession, TimerId, UaProfile};
 use tandem_contract::ast::NavRoot;
 
 /// How a service's transitions acquire their sessions.
@@ -61,9 +61,10 @@ pub trait Handler: Send + Sync + 'static {
 }
 
 /// A negotiation in progress: the event, what it holds and what it still has to acquire.
-pub(crate) struct Negotiation {
+pub(crate) struct Negotiation<'m> {
     pub ticket: Ticket,
-    pub event: Event,
+    /// Borrows the container's message until the negotiation has to wait.
+    pub event: Event<'m>,
     pub executor: u16,
     pub held: SortedSet<Key>,
     to_acquire: SortedSet<Key>,
@@ -75,6 +76,23 @@ pub(crate) struct Negotiation {
     /// Whether this negotiation's session has an entry in `in_progress` that it must pass on
     /// (or remove) when it ends: made when a negotiation of the session had to wait.
     owns_queue: bool,
+}
+
+impl Negotiation<'_> {
+    /// The negotiation with its own copy of the message, to wait in a lock queue.
+    fn into_owned(self) -> Negotiation<'static> {
+        Negotiation {
+            ticket: self.ticket,
+            event: self.event.into_owned(),
+            executor: self.executor,
+            held: self.held,
+            to_acquire: self.to_acquire,
+            started: self.started,
+            backoffs: self.backoffs,
+            prediction: self.prediction,
+            owns_queue: self.owns_queue,
+        }
+    }
 }
 
 /// An evaluation made without locks: its outcome, what it read, and the sessions it asked for.
@@ -90,7 +108,7 @@ pub struct MachineService<H: Handler> {
     pub(crate) compiled: Compiled,
     handler: H,
     negotiator: Negotiator,
-    locks: LockTable<Box<Negotiation>>,
+    locks: LockTable<Box<Negotiation<'static>>>,
     stats: ServiceStats,
     names: Vec<String>,
     next_ticket: AtomicU64,
@@ -100,7 +118,7 @@ pub struct MachineService<H: Handler> {
     /// waits for a lock (otherwise a later message could find the sessions free and overtake
     /// it). A negotiation that never waits runs to its end within the event that started it,
     /// before its executor takes the session's next message, so it needs no entry.
-    in_progress: dashmap::DashMap<SessionId, std::collections::VecDeque<Event>, tandem_container::IdHashBuilder>,
+    in_progress: dashmap::DashMap<SessionId, std::collections::VecDeque<Event<'static>>, tandem_container::IdHashBuilder>,
     /// Entries in `in_progress`: while there are none (the usual case) no message looks there.
     queued_sessions: AtomicUsize,
 }
@@ -178,20 +196,20 @@ impl<H: Handler> MachineService<H> {
         self.stats.transitions.iter().map(|t| t.backoffs.load(Relaxed)).sum()
     }
 
-    fn start(&self, ctx: &mut Context<'_>, event: Event) {
+    fn start(&self, ctx: &mut Context<'_>, event: Event<'_>) {
         // A session's events are started by its home executor, one at a time: an entry made
         // by an earlier event of it is visible here (same thread), so the count can be read
         // relaxed.
         if let (Some(session), true) = (event.session, self.queued_sessions.load(Relaxed) != 0) {
             if let Some(mut waiting) = self.in_progress.get_mut(&session) {
-                return waiting.push_back(event);
+                return waiting.push_back(event.into_owned());
             }
         }
         self.begin(ctx, event, false);
     }
 
     /// Makes `session`'s queue (its next events wait behind the negotiation that owns it).
-    fn open_queue(&self, neg: &mut Negotiation) {
+    fn open_queue(&self, neg: &mut Negotiation<'_>) {
         let Some(session) = neg.event.session else { return };
         if neg.owns_queue {
             return;
@@ -224,13 +242,14 @@ impl<H: Handler> MachineService<H> {
         }
     }
 
-    fn begin(&self, ctx: &mut Context<'_>, mut event: Event, owns_queue: bool) {
+    fn begin(&self, ctx: &mut Context<'_>, mut event: Event<'_>, owns_queue: bool) {
         // A request is answered with its application session; other events find it through
         // their session when they need it (`Transition::app`, `msg.apps`).
         if event.app.is_none() && matches!(event.trigger, Trigger::Request { .. }) {
             event.app = event.session.and_then(|s| ctx.with_session(s, |_, s| s.app));
         }
-        let mut neg = Box::new(Negotiation {
+        // On the stack: boxed only if it has to wait for a lock.
+        let mut neg = Negotiation {
             ticket: self.next_ticket.fetch_add(1, Relaxed),
             event,
             executor: ctx.executor(),
@@ -240,7 +259,7 @@ impl<H: Handler> MachineService<H> {
             backoffs: 0,
             prediction: None,
             owns_queue,
-        });
+        };
         let mut prediction = None;
         match self.negotiator {
             Negotiator::Global => {
@@ -254,12 +273,30 @@ impl<H: Handler> MachineService<H> {
             }
             Negotiator::Ordered => {}
         }
-        self.drive_with(ctx, neg, &mut prediction);
+        if let Some(k) = self.drive_with(ctx, &mut neg, &mut prediction) {
+            self.park(ctx, Box::new(neg.into_owned()), k);
+        }
     }
 
     /// Resumes a negotiation handed a lock (its prediction, if any, travels with it).
-    fn drive(&self, ctx: &mut Context<'_>, neg: Box<Negotiation>) {
-        self.drive_with(ctx, neg, &mut None);
+    fn drive(&self, ctx: &mut Context<'_>, mut neg: Box<Negotiation<'static>>) {
+        if let Some(k) = self.drive_with(ctx, &mut neg, &mut None) {
+            self.park(ctx, neg, k);
+        }
+    }
+
+    /// Queues `neg` for `k`, which `drive_with` found taken; if it was released meanwhile,
+    /// goes on.
+    fn park(&self, ctx: &mut Context<'_>, neg: Box<Negotiation<'static>>, k: Key) {
+        match self.locks.acquire(k, neg.ticket, neg) {
+            Acquire::Acquired(mut n) => {
+                n.held.insert(k);
+                self.drive(ctx, n);
+            }
+            Acquire::Queued => {
+                self.stats.waits.fetch_add(1, Relaxed);
+            }
+        }
     }
 
     /// Acquires what is pending, evaluates, and either runs the transition, absorbs the
@@ -267,42 +304,28 @@ impl<H: Handler> MachineService<H> {
     /// transition that releases the lock, on this executor).
     ///
     /// `prediction` is the single-assignment negotiator's unlocked evaluation while it is on
-    /// this stack; it moves into the negotiation (boxed) only if the negotiation has to wait.
-    fn drive_with(&self, ctx: &mut Context<'_>, mut neg: Box<Negotiation>, prediction: &mut Option<Prediction>) {
+    /// this stack; it moves into the negotiation only if the negotiation has to wait. The
+    /// negotiation itself may be on the caller's stack too: a busy lock's key is returned, and
+    /// the caller boxes the negotiation and queues it ([`Self::park`]). `None`: it ended.
+    fn drive_with(&self, ctx: &mut Context<'_>, neg: &mut Negotiation<'_>, prediction: &mut Option<Prediction>) -> Option<Key> {
         loop {
             while let Some(k) = neg.to_acquire.pop_first() {
                 if neg.held.contains(&k) {
                     continue;
                 }
                 debug_assert!(neg.held.last().is_none_or(|m| *m < k), "acquisition out of order");
-                let ticket = neg.ticket;
-                // Free locks are taken without touching the prediction; a busy one queues the
-                // negotiation, which then carries its prediction.
-                let mut busy = match self.locks.try_acquire(k, ticket, neg) {
-                    Acquire::Acquired(n) => {
-                        neg = n;
-                        neg.held.insert(k);
-                        continue;
-                    }
-                    Acquire::Busy(n) => n,
-                    // `try_acquire` never queues.
-                    Acquire::Queued => return,
-                };
-                // It will wait: later events of its session must wait behind it.
-                self.open_queue(&mut busy);
+                // Free locks are taken without moving the negotiation or its prediction.
+                if self.locks.try_take(k, neg.ticket) {
+                    neg.held.insert(k);
+                    continue;
+                }
+                // It will wait: later events of its session must wait behind it, and it
+                // carries its prediction.
+                self.open_queue(neg);
                 if let Some(p) = prediction.take() {
-                    busy.prediction = Some(Box::new(p));
+                    neg.prediction = Some(Box::new(p));
                 }
-                match self.locks.acquire(k, ticket, busy) {
-                    Acquire::Acquired(n) | Acquire::Busy(n) => {
-                        neg = n;
-                        neg.held.insert(k);
-                    }
-                    Acquire::Queued => {
-                        self.stats.waits.fetch_add(1, Relaxed);
-                        return;
-                    }
-                }
+                return Some(k);
             }
             // Evaluate again only if the prediction may be stale. Evaluation is a function of
             // the message (fixed) and of what it reads. The prediction read without locks, so a
@@ -328,7 +351,7 @@ impl<H: Handler> MachineService<H> {
                     if had_prediction {
                         self.stats.reevaluations.fetch_add(1, Relaxed);
                     }
-                    let (outcome, reads) = self.evaluate(ctx, &neg);
+                    let (outcome, reads) = self.evaluate(ctx, neg);
                     fresh = reads;
                     (outcome, &fresh)
                 }
@@ -336,25 +359,28 @@ impl<H: Handler> MachineService<H> {
             match outcome {
                 Outcome::Need(wanted) => {
                     *prediction = None;
-                    self.plan(ctx, &mut neg, wanted);
+                    self.plan(ctx, neg, wanted);
                 }
                 Outcome::Absorb => {
                     self.stats.absorbed.fetch_add(1, Relaxed);
                     answer_absorbed(ctx, &neg.event);
-                    return self.release_all(ctx, neg);
+                    self.release_all(ctx, neg);
+                    return None;
                 }
                 Outcome::Ambiguous(names) => {
                     tracing::error!(service = %self.name, transitions = ?names, "contract defect: several transitions enabled; none taken");
                     self.stats.ambiguous.fetch_add(1, Relaxed);
-                    return self.release_all(ctx, neg);
+                    self.release_all(ctx, neg);
+                    return None;
                 }
                 Outcome::Run(chosen) => {
                     let missing: SortedSet<Key> = chosen.needed.difference(&neg.held).copied().collect();
                     if missing.is_empty() || self.negotiator == Negotiator::Global {
-                        return self.run(ctx, neg, chosen, reads);
+                        self.run(ctx, neg, chosen, reads);
+                        return None;
                     }
                     *prediction = None;
-                    self.plan(ctx, &mut neg, missing);
+                    self.plan(ctx, neg, missing);
                 }
             }
         }
@@ -363,7 +389,7 @@ impl<H: Handler> MachineService<H> {
     /// Schedules acquisition of `wanted`: directly when all of it comes after what is held,
     /// else by backing off (release what is held after the first wanted key, re-acquire all
     /// in order; the guard is then evaluated again on fresh state).
-    fn plan(&self, ctx: &mut Context<'_>, neg: &mut Negotiation, wanted: SortedSet<Key>) {
+    fn plan(&self, ctx: &mut Context<'_>, neg: &mut Negotiation<'_>, wanted: SortedSet<Key>) {
         let released = crate::plan::plan(&mut neg.held, &mut neg.to_acquire, &wanted);
         if !released.is_empty() {
             neg.backoffs += 1;
@@ -381,7 +407,7 @@ impl<H: Handler> MachineService<H> {
         ctx.post(executor, Box::new(move |ctx: &mut Context<'_>| me.drive(ctx, next)));
     }
 
-    fn release_all(&self, ctx: &mut Context<'_>, neg: Box<Negotiation>) {
+    fn release_all(&self, ctx: &mut Context<'_>, neg: &Negotiation<'_>) {
         for &k in &neg.held {
             self.release_key(ctx, k, neg.ticket);
         }
@@ -393,14 +419,14 @@ impl<H: Handler> MachineService<H> {
     fn env<'e, 'a>(
         &'e self,
         ctx: &'e mut Context<'a>,
-        neg: &'e Negotiation,
+        neg: &'e Negotiation<'_>,
         predict: Option<&'e mut SortedSet<Key>>,
         reads: &'e mut Reads,
     ) -> EvalEnv<'e, 'a, H> {
         EvalEnv { engine: self, ctx, neg, predict, reads }
     }
 
-    fn evaluate(&self, ctx: &mut Context<'_>, neg: &Negotiation) -> (Outcome, Reads) {
+    fn evaluate(&self, ctx: &mut Context<'_>, neg: &Negotiation<'_>) -> (Outcome, Reads) {
         let mut reads = Reads::default();
         let mut env = self.env(ctx, neg, None, &mut reads);
         let outcome = match select(&mut env) {
@@ -412,7 +438,7 @@ impl<H: Handler> MachineService<H> {
 
     /// The sessions a message will most likely need, read without locks, and the outcome
     /// those reads give (a hint only: it stands only if the reads still hold under the locks).
-    fn predict(&self, ctx: &mut Context<'_>, neg: &Negotiation, p: &mut Prediction) {
+    fn predict(&self, ctx: &mut Context<'_>, neg: &Negotiation<'_>, p: &mut Prediction) {
         let Prediction { outcome, reads, keys } = p;
         let mut env = self.env(ctx, neg, Some(keys), reads);
         // Prediction reads never need a lock, so this is always `Ok`.
@@ -426,7 +452,7 @@ impl<H: Handler> MachineService<H> {
 
     /// Runs the arm with access to the dynamic contract's sessions (`needed`: what the handles
     /// traverse, and the state holders) — not to sessions only the guard looked at.
-    fn run(&self, ctx: &mut Context<'_>, neg: Box<Negotiation>, chosen: Chosen, reads: &Reads) {
+    fn run(&self, ctx: &mut Context<'_>, neg: &Negotiation<'_>, chosen: Chosen, reads: &Reads) {
         let transition = chosen.transition;
         let negotiated = ctx.now().saturating_duration_since(neg.started);
         let t = self.compiled.transition(transition);
@@ -438,9 +464,9 @@ impl<H: Handler> MachineService<H> {
         let stats = &self.stats.transitions[transition];
         match result {
             Ok(()) => {
-                self.commit_state(ctx, &neg, &chosen, done.created_sips, reads);
+                self.commit_state(ctx, neg, &chosen, done.created_sips, reads);
                 apply(ctx, &neg.event, done.actions, reads);
-                self.finish_executions(ctx, &neg, transition, &chosen.vars, done.created_sips, reads);
+                self.finish_executions(ctx, neg, transition, &chosen.vars, done.created_sips, reads);
                 stats.count.fetch_add(1, Relaxed);
             }
             Err(e) => {
@@ -458,7 +484,7 @@ impl<H: Handler> MachineService<H> {
     }
 
     /// Sets the state of this execution and of those the transition `moves`.
-    fn commit_state(&self, ctx: &mut Context<'_>, neg: &Negotiation, chosen: &Chosen, created: Option<SessionId>, reads: &Reads) {
+    fn commit_state(&self, ctx: &mut Context<'_>, neg: &Negotiation<'_>, chosen: &Chosen, created: Option<SessionId>, reads: &Reads) {
         let Chosen { transition, ref vars, holder: evaluated, .. } = *chosen;
         let t = self.compiled.transition(transition);
         let stays = t.stays;
@@ -495,7 +521,7 @@ impl<H: Handler> MachineService<H> {
     fn finish_executions(
         &self,
         ctx: &mut Context<'_>,
-        neg: &Negotiation,
+        neg: &Negotiation<'_>,
         transition: usize,
         vars: &Vars,
         created: Option<SessionId>,
@@ -547,7 +573,7 @@ fn set_state(ctx: &mut Context<'_>, holder: SessionId, state: &str) {
 fn set_state_on(s: &mut SipSession, state: &str) {
     // A session removed meanwhile keeps no state (as if looked up and not found).
     if !s.is_removed() {
-        s.attributes.set(STATE, AttrValue::Str(state.to_string()));
+        s.attributes.set_str(STATE, state);
     }
 }
 
@@ -616,7 +642,7 @@ fn state_holder<H: Handler>(env: &mut EvalEnv<'_, '_, H>, id: SessionId) -> Resu
 struct EvalEnv<'e, 'a, H: Handler> {
     engine: &'e MachineService<H>,
     ctx: &'e mut Context<'a>,
-    neg: &'e Negotiation,
+    neg: &'e Negotiation<'e>,
     /// Prediction mode: read everything without locks and note every session touched.
     predict: Option<&'e mut SortedSet<Key>>,
     /// What this evaluation read.
@@ -767,7 +793,7 @@ impl<H: Handler> Env for EvalEnv<'_, '_, H> {
 /// A request that enables no transition still needs an answer, or its sender retransmits it
 /// for 32 s: OPTIONS (a keep-alive ping) gets 200, anything else 481 inside a dialog (the call
 /// is not in a state that takes it) or 405 outside one.
-fn answer_absorbed(ctx: &mut Context<'_>, event: &Event) {
+fn answer_absorbed(ctx: &mut Context<'_>, event: &Event<'_>) {
     let Trigger::Request { msg, tx: Some(tx), flow, kind } = &event.trigger else { return };
     let status = match msg.method() {
         Some(tandem_sip::Method::Ack) | None => return,
@@ -781,7 +807,7 @@ fn answer_absorbed(ctx: &mut Context<'_>, event: &Event) {
 
 /// Sends what the arm sent, now that the transition commits. Sends on a session owned by
 /// another executor are posted there.
-fn apply(ctx: &mut Context<'_>, event: &Event, actions: Actions, reads: &Reads) {
+fn apply(ctx: &mut Context<'_>, event: &Event<'_>, actions: Actions, reads: &Reads) {
     for action in actions {
         match action {
             Action::Respond { status, headers, body } => {

@@ -1,19 +1,22 @@
 use bytes::Bytes;
+use std::borrow::Cow;
 use tandem_container::{AppSessionId, Request, RequestKind, ResponseEvent, SessionId};
 use tandem_sip::{Flow, Message};
 use tandem_transaction::ServerTxId;
 
-/// What triggered a negotiation, owned so it can wait for sessions.
+/// What triggered a negotiation. The message is borrowed from the container while the
+/// negotiation runs within the call that delivered it, and copied only if it has to wait
+/// for sessions ([`Event::into_owned`]).
 #[derive(Debug, Clone)]
-pub enum Trigger {
+pub enum Trigger<'m> {
     Request {
-        msg: Message,
+        msg: Cow<'m, Message>,
         tx: Option<ServerTxId>,
         flow: Flow,
         kind: RequestKind,
     },
     Response {
-        msg: Option<Message>,
+        msg: Option<Cow<'m, Message>>,
         status: u16,
     },
     Timer {
@@ -24,29 +27,40 @@ pub enum Trigger {
 }
 
 #[derive(Debug, Clone)]
-pub struct Event {
-    pub trigger: Trigger,
+pub struct Event<'m> {
+    pub trigger: Trigger<'m>,
     /// The SIP session the message arrived on (`None` for an initial request: the session the
     /// transition creates).
     pub session: Option<SessionId>,
     pub app: Option<AppSessionId>,
 }
 
-impl Event {
-    pub(crate) fn from_request(req: &Request<'_>) -> Event {
+impl<'m> Event<'m> {
+    pub(crate) fn from_request(req: &Request<'m>) -> Event<'m> {
         Event {
-            trigger: Trigger::Request { msg: req.msg.clone(), tx: req.tx, flow: req.flow, kind: req.kind },
+            trigger: Trigger::Request { msg: Cow::Borrowed(req.msg), tx: req.tx, flow: req.flow, kind: req.kind },
             session: req.session,
             app: req.app,
         }
     }
 
-    pub(crate) fn from_response(session: SessionId, response: &ResponseEvent<'_>) -> Event {
+    pub(crate) fn from_response(session: SessionId, response: &ResponseEvent<'m>) -> Event<'m> {
         let msg = match response {
-            ResponseEvent::Received(m) => Some((*m).clone()),
+            ResponseEvent::Received(m) => Some(Cow::Borrowed(*m)),
             _ => None,
         };
         Event { trigger: Trigger::Response { msg, status: response.status() }, session: Some(session), app: None }
+    }
+
+    /// The event with its own copy of the message, to outlive the call that delivered it.
+    pub fn into_owned(self) -> Event<'static> {
+        let trigger = match self.trigger {
+            Trigger::Request { msg, tx, flow, kind } => Trigger::Request { msg: Cow::Owned(msg.into_owned()), tx, flow, kind },
+            Trigger::Response { msg, status } => Trigger::Response { msg: msg.map(|m| Cow::Owned(m.into_owned())), status },
+            Trigger::Timer { name } => Trigger::Timer { name },
+            Trigger::Cancelled => Trigger::Cancelled,
+        };
+        Event { trigger, session: self.session, app: self.app }
     }
 
     /// `msg.method`: the request method, `OK` / `PROVISIONAL` / `ERROR` for responses,
@@ -72,7 +86,7 @@ impl Event {
     pub fn message(&self) -> Option<&Message> {
         match &self.trigger {
             Trigger::Request { msg, .. } => Some(msg),
-            Trigger::Response { msg, .. } => msg.as_ref(),
+            Trigger::Response { msg, .. } => msg.as_deref(),
             _ => None,
         }
     }

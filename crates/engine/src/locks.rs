@@ -31,8 +31,6 @@ pub enum Acquire<W> {
     Acquired(W),
     /// The lock is taken: the waiter was queued and will be handed the lock.
     Queued,
-    /// Not queued: handed back (used by callers that only try).
-    Busy(W),
 }
 
 struct Entry<W> {
@@ -68,25 +66,31 @@ impl<W> LockTable<W> {
 
     /// Takes `key` for `ticket`, or queues `waiter` behind the current holder.
     pub fn acquire(&self, key: Key, ticket: Ticket, waiter: W) -> Acquire<W> {
-        self.take(key, ticket, waiter, true)
-    }
-
-    /// Takes `key` if free, without queueing.
-    pub fn try_acquire(&self, key: Key, ticket: Ticket, waiter: W) -> Acquire<W> {
-        self.take(key, ticket, waiter, false)
-    }
-
-    fn take(&self, key: Key, ticket: Ticket, waiter: W, queue: bool) -> Acquire<W> {
         let mut shard = guard(self.shard(key));
         let entry = shard.entry(key).or_insert_with(|| Entry { owner: 0, waiters: VecDeque::new() });
         if entry.owner == 0 || entry.owner == ticket {
             entry.owner = ticket;
             Acquire::Acquired(waiter)
-        } else if queue {
+        } else {
             entry.waiters.push_back((ticket, waiter));
             Acquire::Queued
-        } else {
-            Acquire::Busy(waiter)
+        }
+    }
+
+    /// Takes `key` for `ticket` if it is free (or already held by `ticket`); never queues,
+    /// so the caller need not hand over a waiter unless it must wait ([`Self::acquire`]).
+    pub fn try_take(&self, key: Key, ticket: Ticket) -> bool {
+        let mut shard = guard(self.shard(key));
+        match shard.get_mut(&key) {
+            Some(entry) if entry.owner == 0 || entry.owner == ticket => {
+                entry.owner = ticket;
+                true
+            }
+            Some(_) => false,
+            None => {
+                shard.insert(key, Entry { owner: ticket, waiters: VecDeque::new() });
+                true
+            }
         }
     }
 
@@ -133,7 +137,10 @@ mod tests {
                 assert!(matches!(t.acquire(5, 1, "a"), Acquire::Acquired("a")));
                 assert!(matches!(t.acquire(5, 2, "b"), Acquire::Queued));
                 assert!(matches!(t.acquire(5, 3, "c"), Acquire::Queued));
-                assert!(matches!(t.try_acquire(5, 4, "d"), Acquire::Busy("d")));
+                assert!(!t.try_take(5, 4));
+                assert!(t.try_take(6, 4));
+                assert!(t.try_take(6, 4));
+                assert_eq!(t.release(6, 4), None);
                 assert_eq!(t.release(5, 1), Some("b"));
                 assert_eq!(t.holder(5), Some(2));
                 assert_eq!(t.release(5, 2), Some("c"));

@@ -40,7 +40,7 @@ impl World {
                 assert!(task.held.last().is_none_or(|m| *m < k), "acquisition out of order");
                 let ticket = task.ticket;
                 match self.locks.acquire(k, ticket, task) {
-                    Acquire::Acquired(t) | Acquire::Busy(t) => {
+                    Acquire::Acquired(t) => {
                         task = t;
                         task.held.insert(k);
                     }

@@ -70,7 +70,7 @@ pub(crate) struct Done {
 pub struct Transition<'c, 'a> {
     ctx: &'c mut Context<'a>,
     compiled: &'c Compiled,
-    event: &'c Event,
+    event: &'c Event<'c>,
     /// The dynamic contract's sessions: the only existing ones the arm may touch.
     allowed: &'c SortedSet<Key>,
     /// What evaluation read: the cells of the sessions it reached (no store look-up for them).
@@ -85,7 +85,7 @@ impl<'c, 'a> Transition<'c, 'a> {
     pub(crate) fn new(
         ctx: &'c mut Context<'a>,
         compiled: &'c Compiled,
-        event: &'c Event,
+        event: &'c Event<'c>,
         allowed: &'c SortedSet<Key>,
         reads: &'c Reads,
     ) -> Self {
@@ -106,7 +106,7 @@ impl<'c, 'a> Transition<'c, 'a> {
         Done { actions: self.actions, created_sips: self.created_sips, created_apps: self.created_apps }
     }
 
-    pub fn event(&self) -> &Event {
+    pub fn event(&self) -> &Event<'c> {
         self.event
     }
 
