@@ -336,6 +336,51 @@ def warm_up(dating, rawdir):
         subprocess.run(cmd, cwd=d, stdout=f, stderr=subprocess.STDOUT, timeout=90)
 
 
+def add_failure_causes(p, events, causes):
+    """Counts the call failures in SIPp error-log events of profile p into causes."""
+    sends = send_indexes(SCEN[p]) if p in SCEN else set()
+    jumped = {}   # Call-ID -> (time, element index) of its last receive-timeout jump
+    for e in events:
+        m = re.search(r"\t(\d+\.\d+): Call-Id: (\S+), receive timeout on message .*?:(\d+), "
+                      r"jumping to label (\d+)", e)
+        if m:
+            jumped[m.group(2)] = (float(m.group(1)), int(m.group(4)))
+            continue
+        b = re.search(r"\t(\d+\.\d+): Aborting call on an unexpected BYE for call: (\S+?@\S+?)"
+                      r"(?=\d{4}-|\s|$)", e)
+        if b and b.group(2) in jumped:
+            # SIPp aborts on an unexpected BYE without naming the element. When the
+            # call's last event was a receive timeout that jumped to a send a moment
+            # before (the 2 s talk ends and our BYE is due), the peer's BYE came in
+            # while the call sat on that send: the same race as "while sending".
+            t, target = jumped[b.group(2)]
+            if target in sends and float(b.group(1)) - t < 0.05:
+                k = "%s: while sending (index %d, after a receive timeout) unexpected BYE" % (p, target)
+                causes[k] = causes.get(k, 0) + 1
+                continue
+        m = re.search(r"Aborting call on unexpected message for Call-Id '[^']*': "
+                      r"(while [^,]*), received '([^\r\n']*)", e)
+        if m:
+            k = "%s: %s unexpected %s" % (p, m.group(1), m.group(2)[:60])
+            causes[k] = causes.get(k, 0) + 1
+        elif "aborting call" in e.lower() or "timeout" in e.lower() and "jumping" not in e:
+            k = "%s: %s" % (p, re.sub(r"Call-Id: \S+", "", e.split(": ", 1)[-1])[:100].strip())
+            causes[k] = causes.get(k, 0) + 1
+
+
+def send_indexes(path):
+    """Indexes (as SIPp numbers them: labels and statistics excluded) of a scenario's send
+    elements."""
+    import xml.etree.ElementTree as ET
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return set()
+    steps = [el.tag for el in root
+             if el.tag in ("send", "recv", "pause", "nop", "timewait", "sendCmd", "recvCmd")]
+    return {i for i, tag in enumerate(steps) if tag == "send"}
+
+
 def wait_drain(tandems, timeout):
     """{name: seconds to reach app == sip == 0, or None} and the last values."""
     t0 = time.monotonic()
@@ -547,15 +592,7 @@ def analyse(res, plan, samples, before, after, rawdir, t_start, t_stop, t_sipp_d
             errs = [e.strip()[:300] for e in events
                     if "jumping to label" not in e and e.strip()
                     and "following events" not in e][:8]
-            for e in events:
-                m = re.search(r"Aborting call on unexpected message for Call-Id '[^']*': "
-                              r"(while [^,]*), received '([^\r\n']*)", e)
-                if m:
-                    k = "%s: %s unexpected %s" % (p, m.group(1), m.group(2)[:60])
-                    causes[k] = causes.get(k, 0) + 1
-                elif "aborting call" in e.lower() or "timeout" in e.lower() and "jumping" not in e:
-                    k = "%s: %s" % (p, re.sub(r"Call-Id: \S+", "", e.split(": ", 1)[-1])[:100].strip())
-                    causes[k] = causes.get(k, 0) + 1
+            add_failure_causes(p, events, causes)
         prof[p] = {"created": iv("TotalCallCreated"), "successful": iv("SuccessfulCall(C)"),
                    "failed": iv("FailedCall(C)"), "exit": proc.returncode,
                    "failed_unexpected_msg": iv("FailedUnexpectedMessage(C)"),

@@ -7,10 +7,10 @@ use crate::ids::{AppSessionId, SessionId, TimerId};
 use crate::locals::{Destination, LocalListener};
 use crate::proxy::ProxyOptions;
 use crate::service::{Request, ServiceId};
-use crate::session::{AppSession, Dialog, LegRole, SessionState, SipSession};
+use crate::session::{ActionTicket, AppSession, Dialog, LegRole, SessionState, SipSession};
 use crate::store::SessionCell;
 use crate::timers::TimerEntry;
-use crate::{executor_for, ContainerError, Post};
+use crate::{executor_for, ContainerError, Post, SessionWork};
 use smallvec::SmallVec;
 use std::time::{Duration, Instant};
 use tandem_sip::{Flow, HeaderName, Message, MessageWriter, Method, NameAddr, ResponseBuilder, Transport};
@@ -131,6 +131,8 @@ impl<'a> Context<'a> {
             dialog,
             attributes: Default::default(),
             removed: false,
+            actions_issued: 0,
+            actions_done: 0,
             invite_tx: Some(tx),
             answered: true,
             pending_invite: None,
@@ -168,6 +170,8 @@ impl<'a> Context<'a> {
             dialog: uas_dialog(msg, &local_tag, req.flow),
             attributes: Default::default(),
             removed: false,
+            actions_issued: 0,
+            actions_done: 0,
             invite_tx: Some(tx),
             answered: false,
             pending_invite: Some(msg.clone()),
@@ -229,6 +233,44 @@ impl<'a> Context<'a> {
         self.st.posts.push((executor, self.service, work));
     }
 
+    /// Runs `work` on the session (locked by the caller, `cell` its cell) at the session's home
+    /// executor, after every action whose ticket was taken before `ticket`: at once when this
+    /// is the home and its turn has come, else through the home executor's post queue (posted
+    /// now, not at the end of the event). Without the order, a send posted by one executor
+    /// could be overtaken by a later one made on the home executor (a BYE ahead of the
+    /// re-INVITE it follows), and a send posted just before the session's execution ended
+    /// would find the session gone and be lost (a media leg never hung up). `work` runs even
+    /// when the session has been removed meanwhile (`s.is_removed()`): it decides what still
+    /// applies to an ended execution (a BYE or CANCEL still ends the dialog).
+    pub fn act_in_order(&mut self, cell: &SessionCell, s: &mut SipSession, ticket: ActionTicket, work: SessionWork) {
+        if s.home == self.st.executor && s.actions_done == ticket.0 {
+            s.actions_done += 1;
+            work(self, s);
+        } else {
+            let home = s.home;
+            self.post_in_order(home, cell.clone(), ticket, work);
+        }
+    }
+
+    fn post_in_order(&mut self, home: u16, cell: SessionCell, ticket: ActionTicket, work: SessionWork) {
+        let post: Post = Box::new(move |ctx: &mut Context<'_>| {
+            let mut s = cell.lock();
+            // A removed session waits for nobody: an earlier action may never come (it was
+            // decided on a session already gone from the store), and only actions that end
+            // the dialog still apply there.
+            if s.actions_done == ticket.0 || s.removed {
+                s.actions_done += 1;
+                work(ctx, &mut s);
+            } else {
+                // An earlier action is still on its way here (decided by an executor that has
+                // not posted it yet): queue behind it.
+                drop(s);
+                ctx.post_in_order(home, cell, ticket, work);
+            }
+        });
+        self.st.reentry.post(home, self.service, post);
+    }
+
     /// A way back to this executor and service for work done outside the event loop (an
     /// asynchronous database query): hand it to the task, which calls
     /// [`crate::Completion::complete`] with the continuation.
@@ -284,6 +326,8 @@ impl<'a> Context<'a> {
             dialog,
             attributes: Default::default(),
             removed: false,
+            actions_issued: 0,
+            actions_done: 0,
             invite_tx: None,
             answered: false,
             pending_invite: None,

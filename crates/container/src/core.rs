@@ -357,6 +357,12 @@ impl Core {
                 }
             } else if !stale {
                 s.dialog.remote_seq = seq;
+                if msg.method() == Some(&Method::Bye) {
+                    // RFC 3261 §15.1.2: a BYE ends the dialog; nothing more is sent on it (an
+                    // action decided earlier and still on its way, such as our own BYE, is
+                    // then dropped instead of reaching a phone that hung up).
+                    s.state = SessionState::Terminated;
+                }
             }
             (s.service, s.app, stale)
         };

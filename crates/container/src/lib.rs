@@ -38,7 +38,7 @@ pub use proxy::ProxyOptions;
 pub use routing::RouteRule;
 pub use runtime::{Container, StartError};
 pub use service::{DetachedRequest, Request, RequestKind, ResponseEvent, Service, ServiceId, UaProfile};
-pub use session::{AppSession, Dialog, LegRole, SessionState, SipSession};
+pub use session::{ActionTicket, AppSession, Dialog, LegRole, SessionState, SipSession};
 pub use store::{AppSessionCell, SessionCell, SessionStore};
 /// The server transaction a request arrived on (see [`Request::new`]).
 pub use tandem_transaction::ServerTxId;
@@ -61,6 +61,10 @@ pub enum ContainerError {
 
 /// Work posted to an executor with `Context::post`; runs there with that executor's context.
 pub type Post = Box<dyn FnOnce(&mut Context<'_>) + Send>;
+
+/// Work on one SIP session, run at its home executor with the session locked
+/// ([`Context::act_in_order`]).
+pub type SessionWork = Box<dyn FnOnce(&mut Context<'_>, &mut SipSession) + Send>;
 
 /// Brings work back into an executor from outside the container's event loop (a resource
 /// adaptor's task finishing a database query). The runtime delivers it as an event of its

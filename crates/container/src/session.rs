@@ -72,9 +72,27 @@ pub struct SipSession {
     /// Taken out of the store (its application session was invalidated): whoever still holds
     /// the cell sees it is gone without looking the ID up again.
     pub(crate) removed: bool,
+    /// Actions ordered on this session so far ([`SipSession::reserve_action`]) and how many of
+    /// them have run ([`crate::Context::act_in_order`]).
+    pub(crate) actions_issued: u64,
+    pub(crate) actions_done: u64,
 }
 
+/// A session's place in its order of actions: taken under the session's lock when a handler
+/// decides to act on it, redeemed by [`crate::Context::act_in_order`] at the session's home.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActionTicket(pub(crate) u64);
+
 impl SipSession {
+    /// Takes the next place in this session's order of actions (call with the session locked,
+    /// where the decision to act is made): actions run in the order their tickets were taken,
+    /// whichever executor decided them.
+    pub fn reserve_action(&mut self) -> ActionTicket {
+        let t = ActionTicket(self.actions_issued);
+        self.actions_issued += 1;
+        t
+    }
+
     /// The session was removed from the store (see [`crate::SessionStore`]).
     pub fn is_removed(&self) -> bool {
         self.removed

@@ -576,3 +576,94 @@ fn a_completion_runs_on_its_executor_as_a_later_event() {
     }
     assert!(summary(&h.sent()).contains(&format!("486 INVITE -> {CALLER}")));
 }
+
+// ---------------------------------------------------------------- ordered session actions
+
+/// Acts on its dialog in an order the test controls: INFO takes two places in the session's
+/// order and redeems the second (an INFO) before the first (a MESSAGE); OPTIONS takes two,
+/// redeems only the second (a BYE) and ends the execution before it runs.
+struct InOrder;
+
+impl Service for InOrder {
+    fn on_request(&self, ctx: &mut Context<'_>, req: &Request<'_>) {
+        match (req.kind, req.method()) {
+            (RequestKind::Initial, Method::Invite) => {
+                let _ = ctx.answer(req, None, None);
+            }
+            (RequestKind::InDialog, Method::Info) => {
+                ctx.respond(req, 200);
+                let Some(cell) = req.session.and_then(|s| ctx.session(s)) else { return };
+                let mut s = cell.lock();
+                let (first, second) = (s.reserve_action(), s.reserve_action());
+                let info: crate::SessionWork = Box::new(|ctx: &mut Context<'_>, s: &mut crate::SipSession| {
+                    let _ = ctx.send_in_dialog(s, Method::Info, None);
+                });
+                ctx.act_in_order(&cell, &mut s, second, info);
+                let message: crate::SessionWork = Box::new(|ctx: &mut Context<'_>, s: &mut crate::SipSession| {
+                    let _ = ctx.send_in_dialog(s, Method::Message, None);
+                });
+                ctx.act_in_order(&cell, &mut s, first, message);
+            }
+            (RequestKind::InDialog, Method::Options) => {
+                ctx.respond(req, 200);
+                let Some(cell) = req.session.and_then(|s| ctx.session(s)) else { return };
+                let app = {
+                    let mut s = cell.lock();
+                    let (_never, bye) = (s.reserve_action(), s.reserve_action());
+                    let work: crate::SessionWork = Box::new(|ctx: &mut Context<'_>, s: &mut crate::SipSession| {
+                        let _ = ctx.send_bye_on(s);
+                    });
+                    ctx.act_in_order(&cell, &mut s, bye, work);
+                    s.app
+                };
+                ctx.invalidate(app);
+            }
+            _ => ctx.respond(req, 200),
+        }
+    }
+}
+
+fn deliver(h: &mut Harness, queue: &QueuedReentry) -> usize {
+    let posted: Vec<_> = std::mem::take(&mut *queue.0.lock());
+    let n = posted.len();
+    for (_, service, work) in posted {
+        h.core.run_post(h.now, service, work);
+    }
+    n
+}
+
+#[test]
+fn session_actions_run_in_the_order_decided_and_survive_the_end_of_the_execution() {
+    let mut h = harness(vec![("in_order", Arc::new(InOrder))], vec![RouteRule::catch_all("in_order")], fast_config());
+    let queue = Arc::new(QueuedReentry::default());
+    h.core.set_reentry(queue.clone());
+    h.recv(&invite("c-order", "z9hG4bKord"), CALLER);
+    let sent = h.sent();
+    let tag = sent[0].1.to_tag().unwrap().to_string();
+    h.recv(&in_dialog("ACK", "c-order", &tag, 1, "z9hG4bKorda"), CALLER);
+    // The second action, redeemed first, waits for the first (posted behind it, not sent).
+    h.recv(&in_dialog("INFO", "c-order", &tag, 2, "z9hG4bKordi"), CALLER);
+    assert_eq!(summary(&h.sent()), vec![format!("200 INFO -> {CALLER}"), format!("MESSAGE -> {CALLER}")]);
+    assert_eq!(deliver(&mut h, &queue), 1);
+    assert_eq!(summary(&h.sent()), vec![format!("INFO -> {CALLER}")]);
+    // An action still on its way when the execution ends is not lost (a BYE ends the dialog
+    // there), and does not wait for an earlier place nobody will redeem.
+    h.recv(&in_dialog("OPTIONS", "c-order", &tag, 3, "z9hG4bKordo"), CALLER);
+    assert_eq!(summary(&h.sent()), vec![format!("200 OPTIONS -> {CALLER}")]);
+    assert_eq!(h.store.live_sessions(), 0);
+    assert_eq!(deliver(&mut h, &queue), 1);
+    assert_eq!(summary(&h.sent()), vec![format!("BYE -> {CALLER}")]);
+    assert_eq!(deliver(&mut h, &queue), 0, "nothing re-posted");
+}
+
+#[test]
+fn a_bye_received_ends_the_dialog_for_later_sends() {
+    let mut h = harness(vec![("in_order", Arc::new(InOrder))], vec![RouteRule::catch_all("in_order")], fast_config());
+    h.recv(&invite("c-bye", "z9hG4bKbye"), CALLER);
+    let tag = h.sent()[0].1.to_tag().unwrap().to_string();
+    h.recv(&in_dialog("ACK", "c-bye", &tag, 1, "z9hG4bKbyea"), CALLER);
+    h.recv(&in_dialog("BYE", "c-bye", &tag, 2, "z9hG4bKbyeb"), CALLER);
+    assert_eq!(summary(&h.sent()), vec![format!("200 BYE -> {CALLER}")]);
+    let cell = h.store.snapshot().into_iter().next().expect("the service keeps its session");
+    assert!(cell.lock().is_terminated(), "a BYE received terminates the dialog (RFC 3261 15.1.2)");
+}

@@ -826,13 +826,11 @@ fn apply(ctx: &mut Context<'_>, event: &Event<'_>, actions: Actions, reads: &Rea
                 if s.is_removed() {
                     continue;
                 }
-                if s.home == ctx.executor() {
-                    op.apply_on(ctx, &mut s);
-                } else {
-                    let home = s.home;
-                    drop(s);
-                    ctx.post(home, Box::new(move |ctx: &mut Context<'_>| op.apply(ctx, session)));
-                }
+                // In the order transitions commit (they still hold their sessions here), at
+                // the session's home: a send posted from another executor is not overtaken
+                // by a later one, nor lost if the execution ends before it gets there.
+                let ticket = s.reserve_action();
+                ctx.act_in_order(&cell, &mut s, ticket, Box::new(move |ctx: &mut Context<'_>, s: &mut SipSession| op.apply_on(ctx, s)));
             }
         }
     }

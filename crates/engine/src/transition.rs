@@ -35,12 +35,12 @@ pub(crate) enum SessionOp {
 }
 
 impl SessionOp {
-    pub(crate) fn apply(self, ctx: &mut Context<'_>, session: SessionId) {
-        ctx.with_session(session, |ctx, s| self.apply_on(ctx, s));
-    }
-
-    /// Applies the action to `s`, locked by the caller.
+    /// Applies the action to `s`, locked by the caller. On a session whose execution ended
+    /// since the action was decided, only what ends the dialog (BYE, CANCEL) still applies.
     pub(crate) fn apply_on(self, ctx: &mut Context<'_>, s: &mut SipSession) {
+        if s.is_removed() && !matches!(self, SessionOp::Bye | SessionOp::Cancel) {
+            return;
+        }
         let result = match self {
             SessionOp::Answer { status, body } => ctx.answer_session(s, status, body.as_ref().map(|(c, b)| (c.as_str(), &b[..]))),
             SessionOp::Send { method, body } => ctx.send_in_dialog(s, method, body.as_ref().map(|(c, b)| (c.as_str(), &b[..]))),

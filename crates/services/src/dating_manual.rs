@@ -33,7 +33,8 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use tandem_container::{
-    AppSessionId, AttrValue, Context, Destination, Request, ResponseEvent, Service, SessionId, SipSession, TimerId, UaProfile,
+    ActionTicket, AppSessionId, AttrValue, Context, Destination, Request, ResponseEvent, Service, SessionCell, SessionId, SipSession,
+    TimerId, UaProfile,
 };
 use tandem_sip::{Message, Method};
 
@@ -251,22 +252,35 @@ enum Op {
 
 impl Op {
     fn apply(self, ctx: &mut Context<'_>, session: SessionId) {
-        let result = ctx.with_session(session, |ctx, s| match self {
+        ctx.with_session(session, |ctx, s| self.apply_on(ctx, s));
+    }
+
+    /// Applies the action to `s`, locked by the caller. On a session whose execution ended
+    /// since the action was decided, only what ends the dialog (BYE, CANCEL) still applies.
+    fn apply_on(self, ctx: &mut Context<'_>, s: &mut SipSession) {
+        if s.is_removed() && !matches!(self, Op::Bye | Op::Cancel) {
+            return;
+        }
+        let result = match self {
             Op::Answer { status, body } => ctx.answer_session(s, status, body.as_ref().map(|b| (SDP, &b[..]))),
             Op::Send { method, body } => ctx.send_in_dialog(s, method, body.as_ref().map(|(c, b)| (*c, &b[..]))),
             Op::Bye => ctx.send_bye_on(s),
             Op::Cancel => ctx.cancel_invite(s),
-        });
-        if let Some(Err(e)) = result {
-            tracing::debug!(error = %e, %session, "dating_manual: action failed");
+        };
+        if let Err(e) = result {
+            tracing::debug!(error = %e, session = %s.id, "dating_manual: action failed");
         }
     }
 }
 
 struct Act {
-    session: SessionId,
-    /// The session's executor when known from a lock already taken (else looked up).
-    home: Option<u16>,
+    /// The session's cell, taken where the action was decided: the action still reaches the
+    /// session if its execution ends before the action is applied (a BYE to a media leg).
+    cell: Option<SessionCell>,
+    /// The action's place in the session's order, taken under the session's lock (caller
+    /// sessions); `None` for media-service sessions, which are never locked with anything
+    /// and take their place when the action is applied.
+    ticket: Option<ActionTicket>,
     op: Op,
 }
 
@@ -285,9 +299,22 @@ impl Effects {
         Effects { respond: None, acts: [None, None, None, None], n: 0, finished: None }
     }
 
-    fn push(&mut self, session: SessionId, home: Option<u16>, op: Op) {
-        self.acts[self.n] = Some(Act { session, home, op });
+    fn push(&mut self, act: Act) {
+        self.acts[self.n] = Some(act);
         self.n += 1;
+    }
+
+    /// An action on a caller session whose lock is held: its place in the session's order of
+    /// actions is taken now, so that an action decided later by another executor (once the
+    /// lock is released) cannot overtake it.
+    fn push_locked(&mut self, ctx: &Context<'_>, s: &mut SipSession, op: Op) {
+        let ticket = Some(s.reserve_action());
+        self.push(Act { cell: ctx.session(s.id), ticket, op });
+    }
+
+    /// An action on a media-service session.
+    fn push_msr(&mut self, ctx: &Context<'_>, msr: SessionId, op: Op) {
+        self.push(Act { cell: ctx.session(msr), ticket: None, op });
     }
 }
 
@@ -368,12 +395,11 @@ impl DatingManual {
             // The message's session is the state holder: keep its lock.
             1 => self.on_caller(ctx, m, sid, g),
             2 => {
-                // `caller` is single-assignment: read it, and the leg's executor, then let go.
+                // `caller` is single-assignment: read it, then let go.
                 let caller = g.attributes.get_session("caller");
-                let home = g.home;
                 drop(g);
                 match caller {
-                    Some(caller) => self.on_msr(ctx, m, sid, home, caller),
+                    Some(caller) => self.on_msr(ctx, m, sid, caller),
                     None => self.absorb(ctx, m),
                 }
             }
@@ -425,7 +451,7 @@ impl DatingManual {
         let Some(t) = caller_transition(m.kind, state) else { return self.absorb_locked(ctx, m, g) };
         if !t.moves_peer() {
             let mut fx = Effects::new();
-            self.caller_arm(t, state, caller, &mut g, None, &mut fx);
+            self.caller_arm(ctx, t, state, &mut g, None, &mut fx);
             drop(g);
             return self.commit(ctx, m, t, fx);
         }
@@ -438,14 +464,14 @@ impl DatingManual {
         let Some(peer_cell) = ctx.session(peer).filter(|_| peer != caller) else {
             // The peer's execution is gone: nothing to move or hang up there.
             let mut fx = Effects::new();
-            self.caller_arm(t, state, caller, &mut g, None, &mut fx);
+            self.caller_arm(ctx, t, state, &mut g, None, &mut fx);
             drop(g);
             return self.commit(ctx, m, t, fx);
         };
         if locks_before(caller, peer) {
             let mut pg = peer_cell.lock();
             let mut fx = Effects::new();
-            self.caller_arm(t, state, caller, &mut g, Some(&mut *pg), &mut fx);
+            self.caller_arm(ctx, t, state, &mut g, Some(&mut *pg), &mut fx);
             drop(pg);
             drop(g);
             return self.commit(ctx, m, t, fx);
@@ -454,7 +480,7 @@ impl DatingManual {
             // Out of order, but without waiting: cannot deadlock.
             self.stats.out_of_order_try_locks.fetch_add(1, Relaxed);
             let mut fx = Effects::new();
-            self.caller_arm(t, state, caller, &mut g, Some(&mut *pg), &mut fx);
+            self.caller_arm(ctx, t, state, &mut g, Some(&mut *pg), &mut fx);
             drop(pg);
             drop(g);
             return self.commit(ctx, m, t, fx);
@@ -477,7 +503,7 @@ impl DatingManual {
         // `p2t` cannot have changed (T7 only pairs TalkingWithMS executions); the peer lock
         // is used only by the transitions that move the peer.
         let peer_guard = if t.moves_peer() && g.attributes.get_session("p2t") == Some(peer) { Some(&mut *pg) } else { None };
-        self.caller_arm(t, state, caller, &mut g, peer_guard, &mut fx);
+        self.caller_arm(ctx, t, state, &mut g, peer_guard, &mut fx);
         drop(pg);
         drop(g);
         self.commit(ctx, m, t, fx)
@@ -490,7 +516,7 @@ impl DatingManual {
 
     /// The arms of the transitions triggered on the caller session, under its lock (and the
     /// peer's for those that move it; `None` when the peer's execution is over).
-    fn caller_arm(&self, t: T, from: State, caller: SessionId, g: &mut SipSession, peer: Option<&mut SipSession>, fx: &mut Effects) {
+    fn caller_arm(&self, ctx: &Context<'_>, t: T, from: State, g: &mut SipSession, peer: Option<&mut SipSession>, fx: &mut Effects) {
         // The engine finishes an execution in the event that ends it; here a peer found in
         // `Done` is one whose executor is about to invalidate it: as good as gone.
         let peer = peer.filter(|p| State::of(p) != Some(State::Done));
@@ -498,34 +524,34 @@ impl DatingManual {
         match t {
             T::T3 => {
                 if let Some(msr) = msr {
-                    fx.push(msr, Some(g.home), Op::Cancel);
+                    fx.push_msr(ctx, msr, Op::Cancel);
                 }
             }
             T::T4 | T::T8 | T::T12 | T::T16 => {}
             T::T5 | T::T15 => {
                 fx.respond = Some(200);
                 if let Some(msr) = msr {
-                    fx.push(msr, None, Op::Bye);
+                    fx.push_msr(ctx, msr, Op::Bye);
                 }
             }
             T::T13 => fx.respond = Some(200),
             T::T20 => {
                 if let Some(msr) = msr {
-                    fx.push(msr, None, Op::Bye);
+                    fx.push_msr(ctx, msr, Op::Bye);
                 }
             }
             T::T11 | T::T14 => {
                 fx.respond = Some(200);
                 if let Some(p) = peer {
                     State::Terminating.set(p);
-                    fx.push(p.id, Some(p.home), Op::Bye);
+                    fx.push_locked(ctx, p, Op::Bye);
                 }
             }
             T::T19 => {
-                fx.push(caller, Some(g.home), Op::Bye);
+                fx.push_locked(ctx, g, Op::Bye);
                 if let Some(p) = peer {
                     State::Terminating.set(p);
-                    fx.push(p.id, Some(p.home), Op::Bye);
+                    fx.push_locked(ctx, p, Op::Bye);
                 }
             }
             _ => unreachable!("{} is not triggered on the caller session", t.name()),
@@ -540,7 +566,7 @@ impl DatingManual {
     }
 
     /// A message on a media-service session (its `caller` read already).
-    fn on_msr(&self, ctx: &mut Context<'_>, m: &Msg<'_, '_>, msr: SessionId, msr_home: u16, caller: SessionId) {
+    fn on_msr(&self, ctx: &mut Context<'_>, m: &Msg<'_, '_>, msr: SessionId, caller: SessionId) {
         let Some(cell) = ctx.session(caller) else { return self.absorb(ctx, m) };
         // A suggestion names another caller: lock both callers in order right away (Figure 5)
         // — T7 needs both, and T6/T9 decide on the peer's state or the caller's.
@@ -555,7 +581,7 @@ impl DatingManual {
         let t = match &peer_cell {
             None => {
                 let mut g = cell.lock();
-                let Some(t) = self.msr_arm(m, msr, msr_home, &mut g, None, &mut fx) else {
+                let Some(t) = self.msr_arm(ctx, m, msr, &mut g, None, &mut fx) else {
                     return self.absorb_locked(ctx, m, g);
                 };
                 t
@@ -568,7 +594,7 @@ impl DatingManual {
                     let pg = pc.lock();
                     (cell.lock(), pg)
                 };
-                let t = self.msr_arm(m, msr, msr_home, &mut g, Some(&mut *pg), &mut fx);
+                let t = self.msr_arm(ctx, m, msr, &mut g, Some(&mut *pg), &mut fx);
                 drop(pg);
                 let Some(t) = t else { return self.absorb_locked(ctx, m, g) };
                 t
@@ -581,9 +607,9 @@ impl DatingManual {
     /// lock (and the suggested peer's). `None`: no transition (nothing was changed).
     fn msr_arm(
         &self,
+        ctx: &Context<'_>,
         m: &Msg<'_, '_>,
         msr: SessionId,
-        msr_home: u16,
         g: &mut SipSession,
         peer: Option<&mut SipSession>,
         fx: &mut Effects,
@@ -592,15 +618,11 @@ impl DatingManual {
         let peer = peer.filter(|p| role_of(p) == Some(CALLER) && State::of(p) == Some(State::TalkingWithMS));
         let t = msr_transition(m.kind, from, peer.is_some())?;
         match t {
-            T::T2 => fx.push(g.id, Some(g.home), Op::Answer { status: 200, body: Some(m.body()) }),
-            T::T10 => fx.push(g.id, Some(g.home), Op::Answer { status: m.status.max(500), body: None }),
+            T::T2 => fx.push_locked(ctx, g, Op::Answer { status: 200, body: Some(m.body()) }),
+            T::T10 => fx.push_locked(ctx, g, Op::Answer { status: m.status.max(500), body: None }),
             T::T6 => {
                 fx.respond = Some(200);
-                fx.push(
-                    msr,
-                    Some(msr_home),
-                    Op::Send { method: Method::Message, body: Some(("text/plain", Bytes::from_static(b"unavailable"))) },
-                );
+                fx.push_msr(ctx, msr, Op::Send { method: Method::Message, body: Some(("text/plain", Bytes::from_static(b"unavailable"))) });
             }
             T::T7 => {
                 let p = peer?;
@@ -610,18 +632,18 @@ impl DatingManual {
                 let (caller_sdp, peer_sdp) = (sdp_of(g), sdp_of(p));
                 let peer_msr = p.attributes.get_session("msr");
                 State::Pairing.set(p);
-                fx.push(g.id, Some(g.home), Op::Send { method: Method::Invite, body: Some((SDP, peer_sdp)) });
-                fx.push(p.id, Some(p.home), Op::Send { method: Method::Invite, body: Some((SDP, caller_sdp)) });
-                fx.push(msr, Some(msr_home), Op::Bye);
+                fx.push_locked(ctx, g, Op::Send { method: Method::Invite, body: Some((SDP, peer_sdp)) });
+                fx.push_locked(ctx, p, Op::Send { method: Method::Invite, body: Some((SDP, caller_sdp)) });
+                fx.push_msr(ctx, msr, Op::Bye);
                 if let Some(pm) = peer_msr {
-                    fx.push(pm, None, Op::Bye);
+                    fx.push_msr(ctx, pm, Op::Bye);
                 }
             }
             T::T9 => fx.respond = Some(200),
-            T::T17 => fx.push(g.id, Some(g.home), Op::Bye),
+            T::T17 => fx.push_locked(ctx, g, Op::Bye),
             T::T18 => {
                 fx.respond = Some(200);
-                fx.push(g.id, Some(g.home), Op::Bye);
+                fx.push_locked(ctx, g, Op::Bye);
             }
             _ => unreachable!("{} is not triggered on the media-service session", t.name()),
         }
@@ -642,14 +664,13 @@ impl DatingManual {
             ctx.respond(req, status);
         }
         let Effects { acts, finished, .. } = fx;
-        let here = ctx.executor();
         for act in acts.into_iter().flatten() {
-            let Act { session, home, op } = act;
-            match home.or_else(|| ctx.home_of(session)) {
-                Some(h) if h != here => ctx.post(h, Box::new(move |ctx: &mut Context<'_>| op.apply(ctx, session))),
-                Some(_) => op.apply(ctx, session),
-                None => {}
-            }
+            let Act { cell, ticket, op } = act;
+            let Some(cell) = cell else { continue };
+            let mut s = cell.lock();
+            let ticket = ticket.unwrap_or_else(|| s.reserve_action());
+            // At the session's home, in the order the actions were decided (see Act).
+            ctx.act_in_order(&cell, &mut s, ticket, Box::new(move |ctx: &mut Context<'_>, s: &mut SipSession| op.apply_on(ctx, s)));
         }
         if let Some(app) = finished {
             ctx.invalidate(app);
