@@ -221,11 +221,6 @@ impl<'a> Context<'a> {
         Ok(())
     }
 
-    /// The executor that owns a session's dialog (where its requests must be sent from).
-    pub fn home_of(&self, session: SessionId) -> Option<u16> {
-        self.st.store.session(session).map(|c| c.lock().home)
-    }
-
     /// Runs `work` on executor `executor` (possibly this one, after the current event), with a
     /// context of this service there. Used to send on sessions owned by another executor and
     /// to resume work parked while waiting for another executor.
@@ -242,13 +237,19 @@ impl<'a> Context<'a> {
     /// would find the session gone and be lost (a media leg never hung up). `work` runs even
     /// when the session has been removed meanwhile (`s.is_removed()`): it decides what still
     /// applies to an ended execution (a BYE or CANCEL still ends the dialog).
-    pub fn act_in_order(&mut self, cell: &SessionCell, s: &mut SipSession, ticket: ActionTicket, work: SessionWork) {
+    ///
+    /// `work` is boxed only when it has to be posted: the usual action, on this executor's own
+    /// session, runs at once with no allocation.
+    pub fn act_in_order<W>(&mut self, cell: &SessionCell, s: &mut SipSession, ticket: ActionTicket, work: W)
+    where
+        W: FnOnce(&mut Context<'_>, &mut SipSession) + Send + 'static,
+    {
         if s.home == self.st.executor && s.actions_done == ticket.0 {
             s.actions_done += 1;
             work(self, s);
         } else {
             let home = s.home;
-            self.post_in_order(home, cell.clone(), ticket, work);
+            self.post_in_order(home, cell.clone(), ticket, Box::new(work));
         }
     }
 

@@ -830,7 +830,7 @@ fn apply(ctx: &mut Context<'_>, event: &Event<'_>, actions: Actions, reads: &Rea
                 // the session's home: a send posted from another executor is not overtaken
                 // by a later one, nor lost if the execution ends before it gets there.
                 let ticket = s.reserve_action();
-                ctx.act_in_order(&cell, &mut s, ticket, Box::new(move |ctx: &mut Context<'_>, s: &mut SipSession| op.apply_on(ctx, s)));
+                ctx.act_in_order(&cell, &mut s, ticket, move |ctx: &mut Context<'_>, s: &mut SipSession| op.apply_on(ctx, s));
             }
         }
     }

@@ -670,7 +670,7 @@ impl DatingManual {
             let mut s = cell.lock();
             let ticket = ticket.unwrap_or_else(|| s.reserve_action());
             // At the session's home, in the order the actions were decided (see Act).
-            ctx.act_in_order(&cell, &mut s, ticket, Box::new(move |ctx: &mut Context<'_>, s: &mut SipSession| op.apply_on(ctx, s)));
+            ctx.act_in_order(&cell, &mut s, ticket, move |ctx: &mut Context<'_>, s: &mut SipSession| op.apply_on(ctx, s));
         }
         if let Some(app) = finished {
             ctx.invalidate(app);
