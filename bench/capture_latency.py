@@ -9,6 +9,10 @@ is run for each server named, one after the other, so Tandem and Kamailio are co
 side by side:
 
     python3 bench/capture_latency.py --rate 4000 --scenarios proxy200,kamailio200
+    python3 bench/capture_latency.py --rates 2000,6000,8000,10000    # a table per rate
+
+With several rates the servers take turns at each rate (Tandem, Kamailio, next rate), and a
+markdown table of the percentiles side by side is written next to the JSON.
 
 The step is find_max_rate.py's: above --uac-max-rate (5,000 calls/s) the rate is split over
 several SIPp callers, each on its own port (calls are matched per Call-ID, so every caller's
@@ -95,7 +99,7 @@ def setup_delays_us(path, server_port):
     return sorted(d for d in delays if d >= 0)
 
 
-def run(args, scenario):
+def run(args, scenario, rate):
     ns = argparse.Namespace(**vars(args))
     ns.transport = "udp"
     work = tempfile.mkdtemp(prefix="tandem-capture-")
@@ -108,7 +112,7 @@ def run(args, scenario):
                                  "udp port %d" % rig.port], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 start_new_session=True)
         time.sleep(1.0)
-        step = rig.step(args.rate)
+        step = rig.step(rate)
     finally:
         if dump is not None:
             os.killpg(dump.pid, signal.SIGINT)
@@ -120,7 +124,7 @@ def run(args, scenario):
     dropped = next((line for line in err.splitlines() if "dropped by kernel" in line), "")
     shutil.rmtree(work, ignore_errors=True)
     pct = {("p%s" % q).replace(".", "_"): fmr.percentile(lat, q) for q in (50, 90, 95, 99, 99.9)}
-    return {"scenario": scenario, "rate": args.rate, "calls": step["calls"], "success_ratio": step["success_ratio"],
+    return {"scenario": scenario, "rate": rate, "calls": step["calls"], "success_ratio": step["success_ratio"],
             "calls_measured": len(lat), "setup_us": pct, "sipp_p99_ms": step["p99_ms"], "tcpdump": dropped.strip(),
             "uac_instances": step["uac_instances"], "sipp_uac_cpu_share": step["sipp_uac_cpu_share"],
             "sipp_uac_cpu_share_per_instance": step["sipp_uac_cpu_share_per_instance"],
@@ -128,11 +132,36 @@ def run(args, scenario):
             "generator_reached_rate": step["generator_reached_rate"]}
 
 
+def markdown(out, scenarios, rates):
+    m = out["machine"]
+    lines = ["# Setup delay from a capture of the client leg (µs), Proxy 200 over UDP", "",
+             "`python3 bench/capture_latency.py --rates %s --scenarios %s` (tandem %s). Machine: %s, %d cores, "
+             "kernel %s." % (",".join(map(str, rates)), ",".join(scenarios), out["git_rev"], m.get("cpu_model"),
+                             m.get("nproc", 0), m.get("kernel")), "",
+             out["method"], "",
+             "| rate | server | calls measured / made | p50 | p90 | p95 | p99 | p99.9 | SIPp p99 (ms) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    fmt = lambda v: "–" if v is None else "%.0f" % v  # noqa: E731
+    for r in out["results"]:
+        u = r["setup_us"]
+        lines.append("| %d | %s | %d / %d | %s | %s | %s | %s | %s | %s |" % (
+            r["rate"], r["scenario"], r["calls_measured"], r["calls"], fmt(u["p50"]), fmt(u["p90"]), fmt(u["p95"]),
+            fmt(u["p99"]), fmt(u["p99_9"]), fmt(r["sipp_p99_ms"])))
+    by = {(r["scenario"], r["rate"]): r["setup_us"]["p99"] for r in out["results"]}
+    if len(scenarios) == 2:
+        a, b = scenarios
+        lines += ["", "p99 %s / %s by rate: %s" % (a, b, ", ".join(
+            "%d: %s" % (rate, "%.2f" % (by[(a, rate)] / by[(b, rate)]) if by.get((a, rate)) and by.get((b, rate)) else "–")
+            for rate in rates))]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", default=os.path.join(REPO, "target", "release", "tandem"))
     ap.add_argument("--scenarios", default="proxy200,kamailio200")
     ap.add_argument("--rate", type=int, default=4000)
+    ap.add_argument("--rates", default="", help="comma-separated rates (overrides --rate)")
     ap.add_argument("--duration", type=int, default=10)
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--sipp-buffer", type=int, default=4 * 1024 * 1024)
@@ -147,9 +176,11 @@ def main(argv=None):
     args.binary = os.path.abspath(args.binary)
     if not shutil.which("tcpdump"):
         sys.exit("tcpdump not found: apt-get install tcpdump")
+    rates = [int(r) for r in args.rates.split(",") if r] or [args.rate]
+    scenarios = [s for s in args.scenarios.split(",") if s]
     results = []
-    for scenario in [s for s in args.scenarios.split(",") if s]:
-        r = run(args, scenario)
+    for scenario, rate in ((s, r) for r in rates for s in scenarios):
+        r = run(args, scenario, rate)
         results.append(r)
         u = r["setup_us"]
         print("%-12s %5d calls/s  measured %6d of %6d  p50 %7s  p90 %7s  p95 %7s  p99 %7s  p99.9 %7s µs  %s"
@@ -163,6 +194,11 @@ def main(argv=None):
     with open(args.json, "w") as f:
         json.dump(out, f, indent=1)
     print("wrote", os.path.relpath(args.json, REPO))
+    if len(rates) > 1:
+        md = os.path.splitext(args.json)[0] + ".md"
+        with open(md, "w") as f:
+            f.write(markdown(out, scenarios, rates))
+        print("wrote", os.path.relpath(md, REPO))
     return 0
 
 
