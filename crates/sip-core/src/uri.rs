@@ -346,7 +346,7 @@ pub(crate) fn split_host_port(s: &str) -> Option<(&str, Option<u16>)> {
 }
 
 /// 1 to 5 digits, at most 65535.
-pub(crate) fn parse_port(p: &str) -> Option<u16> {
+fn parse_port(p: &str) -> Option<u16> {
     if p.is_empty() || p.len() > 5 {
         return None;
     }
