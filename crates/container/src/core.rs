@@ -22,7 +22,7 @@ type FastState = foldhash::fast::RandomState;
 use std::sync::Arc;
 use std::time::Instant;
 use tandem_sip::{Flow, HeaderName, Message, Method, ResponseBuilder, Scheme, Span, Transport};
-use tandem_transaction::{ClientTxId, Event, Received, ServerTxId, TransactionLayer, Transmit};
+use tandem_transaction::{ClientTxId, Event, Matched, ServerTxId, TransactionLayer, Transmit};
 
 /// The services of a container, by index.
 pub struct Services {
@@ -180,12 +180,13 @@ impl Core {
             }
             return;
         }
-        match self.st.layer.on_message(now, msg, flow) {
-            Received::Request { tx, msg, flow, cancels } => self.on_request(now, &msg, flow, tx, cancels),
-            Received::Response { tx, msg, .. } => self.on_client_response(now, tx, &msg),
-            Received::StrayResponse { msg, .. } => self.st.forward_stray_response(&msg),
-            Received::Absorbed => self.st.metrics.absorbed(),
-            Received::Overloaded { msg, flow } => {
+        // By reference: moving the message through the layer and back copied it twice.
+        match self.st.layer.on_message_ref(now, &msg, flow) {
+            Matched::Request { tx, cancels } => self.on_request(now, &msg, flow, tx, cancels),
+            Matched::Response { tx } => self.on_client_response(now, tx, &msg),
+            Matched::StrayResponse => self.st.forward_stray_response(&msg),
+            Matched::Absorbed => self.st.metrics.absorbed(),
+            Matched::Overloaded => {
                 self.st.metrics.dropped(DropReason::Limit);
                 if msg.is_request() && msg.method() != Some(&Method::Ack) {
                     self.st.reply_stateless(&msg, flow, 503, Some("transaction limit reached"));

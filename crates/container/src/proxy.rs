@@ -58,6 +58,10 @@ pub struct ProxyOptions<'a> {
     /// Further targets, in order, tried one after the other when the branch to `destination`
     /// fails at the transport or times out (the rest of an RFC 3263 target list).
     pub alternatives: &'a [Destination],
+    /// The request's own next hop (first remaining Route, else the Request-URI, as
+    /// [`Request::next_hop_uri`] finds it) when the caller already located it, so it is not
+    /// parsed again; absent: located here when needed.
+    pub located: Option<Destination>,
 }
 
 impl CoreState {
@@ -87,7 +91,7 @@ impl CoreState {
         let dest = match options.destination {
             Some(d) => d,
             None => {
-                let natural = next_hop_of(msg, req.consumed_route);
+                let natural = options.located.or_else(|| next_hop_of(msg, req.consumed_route));
                 let is_self = natural.is_some_and(|d| {
                     self.locals
                         .listeners
@@ -106,11 +110,11 @@ impl CoreState {
             return self.answer_upstream(now, req, 503, Some("no listener for the target's transport"));
         };
         let branch = self.ids.branch();
-        let record_route =
-            (options.record_route && method != Method::Ack).then(|| record_route_value(&listener, self.service_name(service)));
+        let service_name = self.service_name(service);
+        let record_route = record_route_parts(&listener, service_name);
+        let record_route = (options.record_route && method != Method::Ack).then_some(&record_route[..]);
         let request_uri = options.request_uri.unwrap_or_else(|| msg.request_uri_text());
-        let forwarded =
-            forwarded_request(msg, request_uri, &listener, &branch, max_forwards - 1, record_route.as_deref(), req.consumed_route);
+        let forwarded = forwarded_request(msg, request_uri, &listener, &branch, max_forwards - 1, record_route, req.consumed_route);
         let flow = Flow { transport: dest.transport, listener: listener.index, connection: 0, remote: dest.addr };
         self.metrics.message_out(Some(&method), None, dest.transport);
         let Some(server_tx) = req.tx else {
@@ -209,6 +213,7 @@ impl CoreState {
                     record_route: failover.record_route,
                     request_uri: failover.request_uri.as_deref(),
                     alternatives: &failover.alternatives,
+                    located: None,
                 };
                 if self.proxy_request(now, &req, failover.service, options).is_ok() {
                     return;
@@ -295,8 +300,23 @@ fn via_destination(via: &Via<'_>) -> Option<Destination> {
     Some(Destination { transport, addr: std::net::SocketAddr::new(ip, port) })
 }
 
-fn record_route_value(listener: &LocalListener, service_name: &str) -> String {
-    format!("<sip:{};transport={};lr;tsvc={}>", listener.host_port, listener.transport.as_str().to_ascii_lowercase(), service_name)
+/// Our Record-Route value, `<sip:HOST:PORT;transport=T;lr;tsvc=SERVICE>`, in parts written
+/// straight into the message (a `format!` and its allocations per initial request before).
+fn record_route_parts<'a>(listener: &'a LocalListener, service_name: &'a str) -> [&'a str; 7] {
+    ["<sip:", &listener.host_port, ";transport=", transport_lowercase(listener.transport), ";lr;tsvc=", service_name, ">"]
+}
+
+fn transport_lowercase(t: Transport) -> &'static str {
+    match t {
+        Transport::Udp => "udp",
+        Transport::Tcp => "tcp",
+        Transport::Tls => "tls",
+        Transport::Sctp => "sctp",
+        Transport::Ws => "ws",
+        Transport::Wss => "wss",
+        Transport::InProc => "inproc",
+        Transport::Other => "other",
+    }
 }
 
 /// The request as forwarded: our Via on top, Record-Route when asked, Max-Forwards
@@ -307,34 +327,41 @@ fn forwarded_request(
     listener: &LocalListener,
     branch: &str,
     max_forwards: u32,
-    record_route: Option<&str>,
+    record_route: Option<&[&str]>,
     consumed: Option<(usize, Span)>,
 ) -> Bytes {
     let method = msg.method().cloned().unwrap_or(Method::Options);
     let mut w = MessageWriter::with_capacity(msg.wire_bytes().len() + 256).request_line(&method, request_uri);
     w.header_parts("Via", &["SIP/2.0/", listener.transport.as_str(), " ", &listener.host_port, ";branch=", branch]);
     if let Some(rr) = record_route {
-        w.header("Record-Route", rr);
+        w.header_parts("Record-Route", rr);
     }
     let mut wrote_max_forwards = false;
-    for (i, h) in msg.headers().iter().enumerate() {
+    let headers = msg.headers();
+    // Headers copied as received, in runs between the ones rewritten here.
+    let mut run_start = 0;
+    for (i, h) in headers.iter().enumerate() {
+        let consumed_route = h.name == HeaderName::Route && consumed.is_some_and(|(index, _)| index == i);
+        if !matches!(h.name, HeaderName::ContentLength | HeaderName::MaxForwards) && !consumed_route {
+            continue;
+        }
+        w.copy_header_run(msg, headers.get(run_start..i).unwrap_or_default());
+        run_start = i + 1;
         match h.name {
             HeaderName::ContentLength => {}
             HeaderName::MaxForwards => {
                 w.header_u32("Max-Forwards", max_forwards);
                 wrote_max_forwards = true;
             }
-            HeaderName::Route if consumed.is_some_and(|(index, _)| index == i) => {
+            _ => {
                 let rest = remaining_values(msg, h.value, consumed.map(|(_, s)| s).unwrap_or_default());
                 if !rest.is_empty() {
                     w.header("Route", rest);
                 }
             }
-            _ => {
-                w.copy_header(msg, h);
-            }
         }
     }
+    w.copy_header_run(msg, headers.get(run_start..).unwrap_or_default());
     if !wrote_max_forwards {
         w.header_u32("Max-Forwards", max_forwards);
     }
@@ -351,20 +378,27 @@ fn remaining_values(msg: &Message, value: Span, first: Span) -> &str {
 fn without_top_via(msg: &Message) -> Bytes {
     let top = msg.top_via_location();
     let mut w = MessageWriter::with_capacity(msg.wire_bytes().len()).status_line(msg.status().unwrap_or(500), msg.reason());
-    for (i, h) in msg.headers().iter().enumerate() {
-        match (h.name, top) {
-            (HeaderName::ContentLength, _) => {}
-            (HeaderName::Via, Some((index, first))) if index == i => {
-                let rest = remaining_values(msg, h.value, first);
-                if !rest.is_empty() {
-                    w.header("Via", rest);
-                }
-            }
-            _ => {
-                w.copy_header(msg, h);
+    let headers = msg.headers();
+    // Headers copied as received, in runs between the ones rewritten here.
+    let mut run_start = 0;
+    for (i, h) in headers.iter().enumerate() {
+        let top_via = match top {
+            Some((index, first)) if h.name == HeaderName::Via && index == i => Some(first),
+            _ => None,
+        };
+        if h.name != HeaderName::ContentLength && top_via.is_none() {
+            continue;
+        }
+        w.copy_header_run(msg, headers.get(run_start..i).unwrap_or_default());
+        run_start = i + 1;
+        if let Some(first) = top_via {
+            let rest = remaining_values(msg, h.value, first);
+            if !rest.is_empty() {
+                w.header("Via", rest);
             }
         }
     }
+    w.copy_header_run(msg, headers.get(run_start..).unwrap_or_default());
     w.finish_with_body(None, &msg.body())
 }
 
@@ -403,7 +437,8 @@ mod tests {
         let msg = parse("INVITE sip:bob@127.0.0.1:5070 SIP/2.0\nVia: SIP/2.0/UDP 127.0.0.1:5061;branch=z9hG4bKa\nRoute: <sip:127.0.0.1:5060;lr>, <sip:10.0.0.9;lr>\nMax-Forwards: 5\nFrom: <sip:a@x>;tag=1\nTo: <sip:bob@y>\nCall-ID: c\nCSeq: 1 INVITE\nContent-Type: application/sdp\nContent-Length: 4\n\nv=0\n");
         let (index, value) = msg.route_values().next().unwrap();
         let consumed = Some((index, msg.span_of(value).unwrap()));
-        let out = forwarded_request(&msg, msg.request_uri_text(), &listener(), "z9hG4bKnew", 4, Some("<sip:127.0.0.1:5060;lr>"), consumed);
+        let out =
+            forwarded_request(&msg, msg.request_uri_text(), &listener(), "z9hG4bKnew", 4, Some(&["<sip:127.0.0.1:5060;lr>"]), consumed);
         let fwd = tandem_sip::parse_datagram(out, &Default::default()).unwrap();
         assert_eq!(fwd.defect(), None);
         assert_eq!(fwd.branch(), Some("z9hG4bKnew"));
@@ -413,6 +448,25 @@ mod tests {
         assert_eq!(fwd.header(HeaderName::RecordRoute), Some("<sip:127.0.0.1:5060;lr>"));
         assert_eq!(&fwd.body()[..], b"v=0\r");
         assert_eq!(next_hop_of(&msg, consumed).unwrap().addr, "10.0.0.9:5060".parse().unwrap());
+    }
+
+    #[test]
+    fn record_route_value_as_before() {
+        let l = listener();
+        for t in [
+            Transport::Udp,
+            Transport::Tcp,
+            Transport::Tls,
+            Transport::Sctp,
+            Transport::Ws,
+            Transport::Wss,
+            Transport::InProc,
+            Transport::Other,
+        ] {
+            assert_eq!(transport_lowercase(t), t.as_str().to_ascii_lowercase());
+        }
+        let formatted = format!("<sip:{};transport={};lr;tsvc={}>", l.host_port, l.transport.as_str().to_ascii_lowercase(), "proxy");
+        assert_eq!(record_route_parts(&l, "proxy").concat(), formatted);
     }
 
     #[test]

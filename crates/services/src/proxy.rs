@@ -103,9 +103,14 @@ impl Service for Proxy {
             };
         }
         if let (Some(dns), None) = (&self.dns, options.destination) {
-            if let Some(Uri::Sip(sip)) = req.next_hop_uri().filter(|u| Destination::from_uri(u).is_none()) {
-                let target = SipTarget::from_uri(&sip);
-                return self.resolve_then_forward(ctx, req, dns, target, options.record_route);
+            match req.next_hop_uri().map(|u| (Destination::from_uri(&u), u)) {
+                // Located here already: the container need not parse it again.
+                Some((Some(located), _)) => options.located = Some(located),
+                Some((None, Uri::Sip(sip))) => {
+                    let target = SipTarget::from_uri(&sip);
+                    return self.resolve_then_forward(ctx, req, dns, target, options.record_route);
+                }
+                _ => {}
             }
         }
         if let Err(e) = ctx.proxy(req, options) {

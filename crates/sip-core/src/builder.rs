@@ -1,7 +1,7 @@
 //! Serialization by direct writes into one buffer.
 
 use crate::header::HeaderName;
-use crate::message::{Header, Message};
+use crate::message::{Header, Message, Span};
 use crate::method::Method;
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -67,6 +67,35 @@ impl MessageWriter {
         self
     }
 
+    /// Copies `headers` of `msg` in order, each exactly as [`Self::copy_header`] would write
+    /// it; consecutive lines already in that form on the wire (canonical name, `": "`, value,
+    /// CRLF) are copied as one slice of the received bytes instead of four writes per header.
+    pub fn copy_header_run(&mut self, msg: &Message, headers: &[Header]) -> &mut Self {
+        let mut run: Option<(usize, usize)> = None;
+        for h in headers {
+            match verbatim_line(msg, h) {
+                Some((start, end)) => match &mut run {
+                    Some((_, run_end)) if *run_end == start => *run_end = end,
+                    _ => {
+                        if let Some((a, b)) = run.replace((start, end)) {
+                            self.put(msg.raw(Span::new(a, b)));
+                        }
+                    }
+                },
+                None => {
+                    if let Some((a, b)) = run.take() {
+                        self.put(msg.raw(Span::new(a, b)));
+                    }
+                    self.copy_header(msg, h);
+                }
+            }
+        }
+        if let Some((a, b)) = run {
+            self.put(msg.raw(Span::new(a, b)));
+        }
+        self
+    }
+
     /// Copies every header with this name, in order.
     pub fn copy_headers_named(&mut self, msg: &Message, name: HeaderName) -> &mut Self {
         for h in msg.headers().iter().filter(|h| h.name == name) {
@@ -92,6 +121,21 @@ impl MessageWriter {
     fn put(&mut self, b: &[u8]) {
         self.buf.put_slice(b);
     }
+}
+
+/// The received line of `h` with its CRLF, as `(start, end)` in the buffer, when its bytes are
+/// exactly what [`MessageWriter::copy_header`] writes for it.
+fn verbatim_line(msg: &Message, h: &Header) -> Option<(usize, usize)> {
+    let b: &[u8] = msg.buffer();
+    let (name_start, name_end) = (h.name_span.start as usize, h.name_span.end as usize);
+    let (value_start, value_end) = (h.value.start as usize, h.value.end as usize);
+    if value_start != name_end + 2 || b.get(name_end..value_start)? != b": " || b.get(value_end..value_end + 2)? != b"\r\n" {
+        return None;
+    }
+    if h.name != HeaderName::Other && b.get(name_start..name_end)? != h.name.canonical().as_bytes() {
+        return None;
+    }
+    Some((name_start, value_end + 2))
 }
 
 /// Builds a response to a request (RFC 3261 §8.2.6): Via, From, Call-ID and CSeq copied,

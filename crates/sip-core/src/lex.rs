@@ -13,7 +13,7 @@ const TOKEN_BYTES: [bool; 256] = {
     table
 };
 
-pub(crate) fn is_token_byte(b: u8) -> bool {
+pub(crate) const fn is_token_byte(b: u8) -> bool {
     TOKEN_BYTES[b as usize]
 }
 

@@ -71,7 +71,12 @@ impl Method {
 
     /// The method name as text; extension methods are token characters, hence ASCII.
     pub fn as_str(&self) -> &str {
-        std::str::from_utf8(self.as_bytes()).unwrap_or("?")
+        match self {
+            // Checked per use only for extensions: known names are static text (this runs for
+            // every transaction key).
+            Method::Extension(b) => std::str::from_utf8(b).unwrap_or("?"),
+            known => known.metric_label(),
+        }
     }
 
     /// A short label for metrics: extension methods are folded into one label.

@@ -25,6 +25,43 @@ impl<'a> NameAddr<'a> {
     }
 
     fn parse_finding(value: &'a str, param: &str) -> Option<(NameAddr<'a>, Option<&'a str>)> {
+        if let Some(parsed) = Self::parse_simple(value, param) {
+            return Some(parsed);
+        }
+        Self::parse_general(value, param)
+    }
+
+    /// `[display-name] <URI>[;params]` with a display name of tokens and spaces, nothing to
+    /// trim, and a URI the simple URI scan takes: most From, To and Contact values, read
+    /// without the general parser's separate passes. `None` means "not this shape" (the general
+    /// parser decides), never "invalid" (checked by `simple_scan_agrees_with_general`).
+    fn parse_simple(value: &'a str, param: &str) -> Option<(NameAddr<'a>, Option<&'a str>)> {
+        let b = value.as_bytes();
+        // Nothing to trim at either end (LWS bytes are all <= b' ').
+        if *b.first()? <= b' ' || *b.last()? <= b' ' {
+            return None;
+        }
+        let mut lt = 0;
+        while b.get(lt).is_some_and(|c| lex::is_token_byte(*c) || *c == b' ') {
+            lt += 1;
+        }
+        if b.get(lt) != Some(&b'<') {
+            return None;
+        }
+        let gt = lt + lex::find_byte(value.get(lt..)?, b'>')?;
+        let uri_text = value.get(lt + 1..gt)?;
+        Uri::parse(uri_text)?;
+        let display = trim_lws(value.get(..lt)?);
+        let rest = value.get(gt + 1..)?;
+        let (params, found) = match rest.strip_prefix(';') {
+            Some(p) => (p, lex::parse_params_find(p, param)?),
+            None if rest.is_empty() => ("", None),
+            None => return None,
+        };
+        Some((NameAddr { display: Some(display).filter(|d| !d.is_empty()), uri_text, params, bracketed: true }, found))
+    }
+
+    fn parse_general(value: &'a str, param: &str) -> Option<(NameAddr<'a>, Option<&'a str>)> {
         let value = trim_lws(value);
         let lt = lex::find_top_level_lt(value)?;
         let (display, uri_text, rest, bracketed) = match lt {
@@ -79,8 +116,81 @@ fn display_name_valid(d: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// Inputs near the simple shapes: seeds and every short mutation of them (one byte
+    /// replaced, inserted or removed, from bytes that matter to the grammar), plus random
+    /// splices, deterministic.
+    pub(crate) fn near_inputs(seeds: &[&str], rounds: usize) -> Vec<String> {
+        const BYTES: &[u8] = b" \t\r\n\"<>@:;?=%,.-_[]5aZ~/\\&+'!*()$\x7f\x80\xc3\xa9";
+        let mut out: Vec<String> = seeds.iter().map(|s| s.to_string()).collect();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for seed in seeds {
+            let b = seed.as_bytes();
+            for i in 0..=b.len() {
+                for &c in BYTES {
+                    let mut v = b.to_vec();
+                    if i < b.len() {
+                        v[i] = c;
+                        out.push(String::from_utf8_lossy(&v).into_owned());
+                        v.remove(i);
+                        out.push(String::from_utf8_lossy(&v).into_owned());
+                    }
+                    let mut w = b.to_vec();
+                    w.insert(i, c);
+                    out.push(String::from_utf8_lossy(&w).into_owned());
+                }
+            }
+        }
+        for _ in 0..rounds {
+            let seed = seeds[(next() % seeds.len() as u64) as usize].as_bytes().to_vec();
+            let mut v = seed;
+            for _ in 0..(next() % 4 + 1) {
+                let i = (next() % (v.len() as u64 + 1)) as usize;
+                let c = BYTES[(next() % BYTES.len() as u64) as usize];
+                match next() % 3 {
+                    0 if i < v.len() => v[i] = c,
+                    1 if i < v.len() => {
+                        v.remove(i);
+                    }
+                    _ => v.insert(i, c),
+                }
+            }
+            out.push(String::from_utf8_lossy(&v).into_owned());
+        }
+        out
+    }
+
+    #[test]
+    fn simple_scan_agrees_with_general() {
+        let seeds = [
+            "sipp <sip:sipp@127.0.0.1:5061>;tag=12345SIPpTag001",
+            "service <sip:service@127.0.0.1:5060>",
+            "<sip:sipp@127.0.0.1:5061;transport=UDP>",
+            "\"Bob\" <sips:bob@biloxi.example.com>;tag=a6c85cf",
+            "Alice Smith <SIP:alice@atlanta.example.com:5060;lr;maddr=1.2.3.4>;tag=1;x",
+            "<sip:[2001:db8::1]:5060>;tag=x",
+            "<tel:+1-201-555-0123>;tag=1",
+            "sip:caller@example.net;tag=134161461246",
+            "A <sip:a:pw@h;x=y?h=v>;tag=t;expires=30",
+        ];
+        let mut simple = 0;
+        for v in near_inputs(&seeds, 200_000) {
+            if NameAddr::parse_simple(&v, "tag").is_some() {
+                simple += 1;
+            }
+            assert_eq!(NameAddr::parse_finding(&v, "tag"), NameAddr::parse_general(&v, "tag"), "{v:?}");
+            assert_eq!(NameAddr::parse_finding(&v, ""), NameAddr::parse_general(&v, ""), "{v:?}");
+        }
+        assert!(simple > 1000, "the simple scan took only {simple} inputs");
+    }
 
     #[test]
     fn forms() {

@@ -37,6 +37,17 @@ pub struct SipUri<'a> {
 
 impl<'a> Uri<'a> {
     pub fn parse(s: &'a str) -> Option<Uri<'a>> {
+        // The common shape (`sip:user@host:port;simple=params`) in one tight scan; anything
+        // else, valid or not, takes the general parser.
+        if let Some(u) = SipUri::parse_simple(s) {
+            return Some(Uri::Sip(u));
+        }
+        Self::parse_general(s)
+    }
+
+    /// The full parser, for any input ([`Self::parse`] only skips it for inputs it accepts
+    /// with the same result).
+    pub(crate) fn parse_general(s: &'a str) -> Option<Uri<'a>> {
         let b = s.as_bytes();
         // The scheme runs to the first `:`; scheme bytes never include `:`, so scanning them
         // and requiring a `:` right after is the same as splitting at the first `:`.
@@ -100,6 +111,12 @@ const SCHEME: u8 = 4; // after the first letter
 const USER: u8 = 8; // unreserved, escaped (`%`), user-unreserved, and `:` / `;` of password / tel params
 const HOST: u8 = 16; // hostname and IPv4 characters
 const STOP: u8 = 32; // `;` and `?`: end of the host part
+/// User bytes the simple scan takes: [`USER`] without `%` (escapes), `;`, `?` and `:`
+/// (telephone-subscriber parameters, headers, password), which it leaves to the general parser.
+const USER_SIMPLE: u8 = 64;
+/// Bytes of simple URI parameters: token bytes, `=`, `;` and `:` (no quotes, brackets, LWS,
+/// `?` or `@`).
+const PARAM_SIMPLE: u8 = 128;
 
 const CLASSES: [u8; 256] = {
     let mut table = [0u8; 256];
@@ -147,6 +164,12 @@ const CLASSES: [u8; 256] = {
         if c == b';' || c == b'?' {
             k |= STOP;
         }
+        if k & USER != 0 && !matches!(c, b'%' | b';' | b'?' | b':') {
+            k |= USER_SIMPLE;
+        }
+        if crate::lex::is_token_byte(c) || matches!(c, b'=' | b';' | b':') {
+            k |= PARAM_SIMPLE;
+        }
         table[i] = k;
         i += 1;
     }
@@ -158,6 +181,60 @@ fn class(c: u8) -> u8 {
 }
 
 impl<'a> SipUri<'a> {
+    /// `sip:` / `sips:`, an optional plain user (no escapes, password or `;` parameters), a
+    /// host name or IPv4 address, an optional port and optional simple parameters, no headers:
+    /// the shape of nearly every URI a proxy sees, read in one scan. `None` means "not this
+    /// shape" (the general parser decides), never "invalid": whatever this accepts, the general
+    /// parser accepts with the same parts (checked by `simple_scan_agrees_with_general`).
+    fn parse_simple(s: &'a str) -> Option<SipUri<'a>> {
+        let b = s.as_bytes();
+        let secure = match b {
+            [c0, c1, c2, b':', ..] if c0 | 0x20 == b's' && c1 | 0x20 == b'i' && c2 | 0x20 == b'p' => false,
+            [c0, c1, c2, c3, b':', ..] if c0 | 0x20 == b's' && c1 | 0x20 == b'i' && c2 | 0x20 == b'p' && c3 | 0x20 == b's' => true,
+            _ => return None,
+        };
+        let rest = s.get(if secure { 5 } else { 4 }..)?;
+        let r = rest.as_bytes();
+        let mut i = 0;
+        while r.get(i).is_some_and(|c| class(*c) & USER_SIMPLE != 0) {
+            i += 1;
+        }
+        let (user, host_start) = match r.get(i) {
+            Some(b'@') if i > 0 => (Some(rest.get(..i)?), i + 1),
+            Some(b'@') => return None,
+            _ => (None, 0),
+        };
+        let mut j = host_start;
+        while r.get(j).is_some_and(|c| class(*c) & HOST != 0) {
+            j += 1;
+        }
+        if j == host_start {
+            return None;
+        }
+        let host = rest.get(host_start..j)?;
+        let mut port = None;
+        if r.get(j) == Some(&b':') {
+            let digits = r.get(j + 1..)?.iter().take_while(|c| c.is_ascii_digit()).count();
+            port = Some(parse_port(rest.get(j + 1..j + 1 + digits)?)?);
+            j += 1 + digits;
+        }
+        let params = match r.get(j) {
+            None => "",
+            Some(b';') => {
+                let params = rest.get(j + 1..)?;
+                if !params.bytes().all(|c| class(c) & PARAM_SIMPLE != 0) {
+                    return None;
+                }
+                if !params.is_empty() {
+                    lex::parse_params(params)?;
+                }
+                params
+            }
+            Some(_) => return None,
+        };
+        Some(SipUri { secure, user, host, port, params, headers: None })
+    }
+
     /// `at`, `stop`: indexes of the first `@` and the first `;` or `?` in `rest`, found by the
     /// caller's pass.
     fn parse_after_scheme(rest: &'a str, at: Option<usize>, stop: Option<usize>, secure: bool) -> Option<SipUri<'a>> {
@@ -286,6 +363,30 @@ fn parse_port(p: &str) -> Option<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn simple_scan_agrees_with_general() {
+        let seeds = [
+            "sip:sipp@127.0.0.1:5061",
+            "sip:service@127.0.0.1:5060;transport=udp",
+            "sips:bob@biloxi.example.com",
+            "SIP:127.0.0.1:5060;lr;tsvc=proxy",
+            "sip:a.b-c@x.example;maddr=[::1];a=b:c;;",
+            "sip:user;par=u%40example.net@example.com:5070;lr;transport=tcp?x=y",
+            "sip:[2001:db8::10]:5070",
+            "tel:+1-201-555-0123",
+            "sip:a:pw@h:99999",
+        ];
+        let mut simple = 0;
+        for v in crate::name_addr::tests::near_inputs(&seeds, 200_000) {
+            if let Some(u) = SipUri::parse_simple(&v) {
+                simple += 1;
+                assert_eq!(Uri::parse_general(&v), Some(Uri::Sip(u)), "{v:?}");
+            }
+            assert_eq!(Uri::parse(&v), Uri::parse_general(&v), "{v:?}");
+        }
+        assert!(simple > 1000, "the simple scan took only {simple} inputs");
+    }
 
     #[test]
     fn sip_uri_parts() {

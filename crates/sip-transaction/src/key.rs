@@ -6,7 +6,6 @@
 //! Parts are separated by a space, which none of them can contain (tokens, a host, a Call-ID
 //! without LWS), and each kind of key starts with its own letter.
 
-use std::fmt::Write;
 use tandem_sip::Message;
 
 const MAGIC_COOKIE: &[u8] = b"z9hG4bK";
@@ -44,14 +43,17 @@ pub(crate) fn server_key(out: &mut String, msg: &Message, method: &str) {
             out.push_str(method);
             out.push(' ');
             out.push_str(msg.call_id());
-            let _ = write!(out, " {} ", msg.cseq().map_or(0, |c| c.seq));
+            out.push(' ');
+            out.push_str(itoa::Buffer::new().format(msg.cseq().map_or(0, |c| c.seq)));
+            out.push(' ');
             out.push_str(msg.from_tag().unwrap_or(""));
         }
     }
     out.push(' ');
     push_lower(out, msg.top_via_host());
     if let Some(port) = msg.top_via_port() {
-        let _ = write!(out, ":{port}");
+        out.push(':');
+        out.push_str(itoa::Buffer::new().format(port));
     }
 }
 

@@ -105,6 +105,16 @@ pub enum Received {
     Overloaded { msg: Message, flow: Flow },
 }
 
+/// [`Received`] without the message, from [`TransactionLayer::on_message_ref`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Matched {
+    Request { tx: Option<ServerTxId>, cancels: Option<ServerTxId> },
+    Response { tx: ClientTxId },
+    StrayResponse,
+    Absorbed,
+    Overloaded,
+}
+
 /// Things the TU must learn of outside a received message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
@@ -231,9 +241,21 @@ impl TransactionLayer {
 
     /// Feeds a received, defect-free message (requests and responses).
     pub fn on_message(&mut self, now: Instant, msg: Message, flow: Flow) -> Received {
-        let received = if msg.is_request() { self.on_request(now, msg, flow) } else { self.on_response(now, msg, flow) };
+        match self.on_message_ref(now, &msg, flow) {
+            Matched::Request { tx, cancels } => Received::Request { tx, msg, flow, cancels },
+            Matched::Response { tx } => Received::Response { tx, msg, flow },
+            Matched::StrayResponse => Received::StrayResponse { msg, flow },
+            Matched::Absorbed => Received::Absorbed,
+            Matched::Overloaded => Received::Overloaded { msg, flow },
+        }
+    }
+
+    /// [`Self::on_message`] for a TU that keeps the message: the same verdict, without moving
+    /// the message in and out (a few hundred bytes copied twice per message).
+    pub fn on_message_ref(&mut self, now: Instant, msg: &Message, flow: Flow) -> Matched {
+        let matched = if msg.is_request() { self.on_request(now, msg, flow) } else { self.on_response(now, msg) };
         self.settle_timers();
-        received
+        matched
     }
 
     /// Sends a response on a server transaction. For an INVITE server transaction and a 2xx,
@@ -372,29 +394,29 @@ impl TransactionLayer {
 
     // ---- server side ----
 
-    fn on_request(&mut self, now: Instant, msg: Message, flow: Flow) -> Received {
+    fn on_request(&mut self, now: Instant, msg: &Message, flow: Flow) -> Matched {
         let Some(method) = msg.method() else {
-            return Received::StrayResponse { msg, flow };
+            return Matched::StrayResponse;
         };
         let is_ack = *method == Method::Ack;
         let is_invite = *method == Method::Invite;
         let is_cancel = *method == Method::Cancel;
         let key_method = if is_ack { "INVITE" } else { method.as_str() };
-        key::server_key(&mut self.scratch, &msg, key_method);
+        key::server_key(&mut self.scratch, msg, key_method);
         if let Some(&id) = self.server_index.get(self.scratch.as_str()) {
-            return self.server_retransmission(now, id, msg, flow, is_ack);
+            return self.server_retransmission(now, id, is_ack);
         }
         if is_ack {
             trace!("ACK matching no server transaction: to the TU");
-            return Received::Request { tx: None, msg, flow, cancels: None };
+            return Matched::Request { tx: None, cancels: None };
         }
         if self.server.len() + self.client.len() >= self.config.max_transactions {
             debug!(limit = self.config.max_transactions, "transaction limit reached: request refused");
-            return Received::Overloaded { msg, flow };
+            return Matched::Overloaded;
         }
         let key: Arc<str> = Arc::from(self.scratch.as_str());
         let cancels = if is_cancel {
-            key::server_key(&mut self.scratch, &msg, "INVITE");
+            key::server_key(&mut self.scratch, msg, "INVITE");
             self.server_index.get(self.scratch.as_str()).map(|&id| ServerTxId(id))
         } else {
             None
@@ -411,15 +433,15 @@ impl TransactionLayer {
         });
         self.server_index.insert(key, id);
         trace!(tx = id, ?msg, "server transaction started");
-        Received::Request { tx: Some(ServerTxId(id)), msg, flow, cancels }
+        Matched::Request { tx: Some(ServerTxId(id)), cancels }
     }
 
     /// A request matching a live server transaction: a retransmission, or the ACK of an INVITE.
-    fn server_retransmission(&mut self, now: Instant, id: u64, msg: Message, flow: Flow, is_ack: bool) -> Received {
+    fn server_retransmission(&mut self, now: Instant, id: u64, is_ack: bool) -> Matched {
         let t4 = self.config.timers.t4;
         let Some(tx) = self.server.get_mut(id) else {
             debug!(tx = id, "server index names a removed transaction");
-            return Received::Absorbed;
+            return Matched::Absorbed;
         };
         if !is_ack {
             // Proceeding: the last provisional; Completed: the final response; Accepted: the
@@ -431,7 +453,7 @@ impl TransactionLayer {
             } else {
                 trace!(tx = id, "request retransmission absorbed");
             }
-            return Received::Absorbed;
+            return Matched::Absorbed;
         }
         match tx.state {
             ServerState::Completed => {
@@ -445,14 +467,14 @@ impl TransactionLayer {
                 } else {
                     self.timers.arm(&mut tx.timers, Kind::Timeout, Side::Server, id, now.checked_add(t4));
                 }
-                Received::Absorbed
+                Matched::Absorbed
             }
             // RFC 6026 §7.1: an ACK matching an Accepted transaction goes to the TU (only
             // RFC 2543 ACKs can, a 2xx's ACK having its own branch).
-            ServerState::Accepted => Received::Request { tx: None, msg, flow, cancels: None },
+            ServerState::Accepted => Matched::Request { tx: None, cancels: None },
             _ => {
                 trace!(tx = id, state = ?tx.state, "ACK absorbed");
-                Received::Absorbed
+                Matched::Absorbed
             }
         }
     }
@@ -591,23 +613,23 @@ impl TransactionLayer {
 
     // ---- client side ----
 
-    fn on_response(&mut self, now: Instant, msg: Message, flow: Flow) -> Received {
+    fn on_response(&mut self, now: Instant, msg: &Message) -> Matched {
         let (Some(status), Some(cseq), Some(branch)) = (msg.status(), msg.cseq(), msg.branch()) else {
             trace!(?msg, "response without branch or CSeq: stray");
-            return Received::StrayResponse { msg, flow };
+            return Matched::StrayResponse;
         };
         key::client_key(&mut self.scratch, cseq.method.as_str(), branch);
         let Some(&id) = self.client_index.get(self.scratch.as_str()) else {
             trace!(?msg, "response matching no client transaction: stray");
-            return Received::StrayResponse { msg, flow };
+            return Matched::StrayResponse;
         };
         let Some(tx) = self.client.get_mut(id) else {
             debug!(tx = id, "client index names a removed transaction");
-            return Received::StrayResponse { msg, flow };
+            return Matched::StrayResponse;
         };
         if !(100..=699).contains(&status) {
             debug!(tx = id, status, "invalid status code: response dropped");
-            return Received::Absorbed;
+            return Matched::Absorbed;
         }
         let timers = self.config.timers;
         let provisional = status < 200;
@@ -635,7 +657,7 @@ impl TransactionLayer {
                 ClientState::Calling | ClientState::Proceeding => {
                     tx.state = ClientState::Completed;
                     self.timers.disarm_all(&mut tx.timers);
-                    let ack = tx.request.take().and_then(|req| build_ack(&req, &msg));
+                    let ack = tx.request.take().and_then(|req| build_ack(&req, msg));
                     match ack {
                         Some(ack) => {
                             self.transmits.push_back(Transmit { flow: tx.flow, payload: ack.clone() });
@@ -698,9 +720,9 @@ impl TransactionLayer {
             self.terminate_client(id);
         }
         if pass_up {
-            Received::Response { tx: ClientTxId(id), msg, flow }
+            Matched::Response { tx: ClientTxId(id) }
         } else {
-            Received::Absorbed
+            Matched::Absorbed
         }
     }
 
