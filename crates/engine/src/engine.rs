@@ -242,12 +242,10 @@ impl<H: Handler> MachineService<H> {
         }
     }
 
-    fn begin(&self, ctx: &mut Context<'_>, mut event: Event<'_>, owns_queue: bool) {
+    fn begin(&self, ctx: &mut Context<'_>, event: Event<'_>, owns_queue: bool) {
         // A request is answered with its application session; other events find it through
         // their session when they need it (`Transition::app`, `msg.apps`).
-        if event.app.is_none() && matches!(event.trigger, Trigger::Request { .. }) {
-            event.app = event.session.and_then(|s| ctx.with_session(s, |_, s| s.app));
-        }
+        let wants_app = event.app.is_none() && matches!(event.trigger, Trigger::Request { .. });
         // On the stack: boxed only if it has to wait for a lock.
         let mut neg = Negotiation {
             ticket: self.next_ticket.fetch_add(1, Relaxed),
@@ -269,9 +267,17 @@ impl<H: Handler> MachineService<H> {
                 // Filled in place: a prediction is large, and is not moved unless it must wait.
                 let p = prediction.insert(Prediction { outcome: Outcome::Absorb, reads: Reads::default(), keys: SortedSet::new() });
                 self.predict(ctx, &neg, p);
-                neg.to_acquire.extend(p.keys.iter().copied());
+                neg.to_acquire.clone_from(&p.keys);
             }
             Negotiator::Ordered => {}
+        }
+        // Set before anything is decided (evaluation finds it the same way without it): through
+        // the cell the prediction kept, if it reached the session, instead of a store look-up.
+        if let (true, Some(session)) = (wants_app, neg.event.session) {
+            neg.event.app = match prediction.as_ref().and_then(|p| p.reads.cell(session)) {
+                Some(cell) => Some(cell.lock()).filter(|s| !s.is_removed()).map(|s| s.app),
+                None => ctx.with_session(session, |_, s| s.app),
+            };
         }
         if let Some(k) = self.drive_with(ctx, &mut neg, &mut prediction) {
             self.park(ctx, Box::new(neg.into_owned()), k);
@@ -374,11 +380,11 @@ impl<H: Handler> MachineService<H> {
                     return None;
                 }
                 Outcome::Run(chosen) => {
-                    let missing: SortedSet<Key> = chosen.needed.difference(&neg.held).copied().collect();
-                    if missing.is_empty() || self.negotiator == Negotiator::Global {
+                    if self.negotiator == Negotiator::Global || chosen.needed.iter().all(|k| neg.held.contains(k)) {
                         self.run(ctx, neg, chosen, reads);
                         return None;
                     }
+                    let missing: SortedSet<Key> = chosen.needed.difference(&neg.held).copied().collect();
                     *prediction = None;
                     self.plan(ctx, neg, missing);
                 }
@@ -420,7 +426,7 @@ impl<H: Handler> MachineService<H> {
         &'e self,
         ctx: &'e mut Context<'a>,
         neg: &'e Negotiation<'_>,
-        predict: Option<&'e mut SortedSet<Key>>,
+        predict: bool,
         reads: &'e mut Reads,
     ) -> EvalEnv<'e, 'a, H> {
         EvalEnv { engine: self, ctx, neg, predict, reads }
@@ -428,7 +434,7 @@ impl<H: Handler> MachineService<H> {
 
     fn evaluate(&self, ctx: &mut Context<'_>, neg: &Negotiation<'_>) -> (Outcome, Reads) {
         let mut reads = Reads::default();
-        let mut env = self.env(ctx, neg, None, &mut reads);
+        let mut env = self.env(ctx, neg, false, &mut reads);
         let outcome = match select(&mut env) {
             Ok(outcome) => outcome,
             Err(Need(id)) => Outcome::Need([key(id)].into()),
@@ -440,9 +446,10 @@ impl<H: Handler> MachineService<H> {
     /// those reads give (a hint only: it stands only if the reads still hold under the locks).
     fn predict(&self, ctx: &mut Context<'_>, neg: &Negotiation<'_>, p: &mut Prediction) {
         let Prediction { outcome, reads, keys } = p;
-        let mut env = self.env(ctx, neg, Some(keys), reads);
+        let mut env = self.env(ctx, neg, true, reads);
         // Prediction reads never need a lock, so this is always `Ok`.
         *outcome = select(&mut env).unwrap_or_else(|Need(id)| Outcome::Need([key(id)].into()));
+        keys.extend(reads.wanted().map(key));
         // Sessions the handles reach without reading them (the last step of a navigation)
         // are needed too.
         if let Outcome::Run(Chosen { needed, .. }) = outcome {
@@ -506,7 +513,7 @@ impl<H: Handler> MachineService<H> {
         for (mv, target) in t.moves.iter().zip(&self.compiled.program(transition).moves) {
             let target = {
                 let mut reads = Reads::default();
-                let mut env = self.env(ctx, neg, None, &mut reads);
+                let mut env = self.env(ctx, neg, false, &mut reads);
                 nav_value(target, &mut env, vars, None)
             };
             if let Ok(Value::Session(s)) = target {
@@ -535,7 +542,7 @@ impl<H: Handler> MachineService<H> {
         let targets = &self.compiled.program(transition).moves;
         for (_, target) in t.moves.iter().zip(targets).filter(|(m, _)| self.compiled.finals.contains(&m.to.name)) {
             let mut reads = Reads::default();
-            let mut env = self.env(ctx, neg, None, &mut reads);
+            let mut env = self.env(ctx, neg, false, &mut reads);
             if let Ok(Value::Session(s)) = nav_value(target, &mut env, vars, None) {
                 ended.push(s);
             }
@@ -643,16 +650,18 @@ struct EvalEnv<'e, 'a, H: Handler> {
     engine: &'e MachineService<H>,
     ctx: &'e mut Context<'a>,
     neg: &'e Negotiation<'e>,
-    /// Prediction mode: read everything without locks and note every session touched.
-    predict: Option<&'e mut SortedSet<Key>>,
+    /// Prediction mode: read everything without locks and note every session read
+    /// ([`Reads::want`]).
+    predict: bool,
     /// What this evaluation read.
     reads: &'e mut Reads,
 }
 
 impl<H: Handler> EvalEnv<'_, '_, H> {
-    fn readable(&mut self, id: SessionId, role: Option<usize>, slot: usize, set: bool) -> bool {
-        if let Some(p) = self.predict.as_deref_mut() {
-            p.insert(key(id));
+    fn readable(&mut self, entry: usize, id: SessionId, role: Option<usize>, slot: usize, set: bool) -> bool {
+        if self.predict {
+            // Its key is added to the prediction's once evaluation ends (`Reads::wanted`).
+            self.reads.want(entry);
             return true;
         }
         match self.engine.negotiator {
@@ -676,7 +685,7 @@ impl<H: Handler> EvalEnv<'_, '_, H> {
             Value::Null => (false, true),
             _ => (false, false),
         };
-        if !self.readable(id, role, ROLE_SLOT, role_set) {
+        if !self.readable(entry, id, role, ROLE_SLOT, role_set) {
             return Err(Need(id));
         }
         // A stored role that is not a text is no declared role (and not null).
@@ -721,7 +730,7 @@ impl<H: Handler> Env for EvalEnv<'_, '_, H> {
         let role_set = matches!(self.reads.value(entry, ROLE_SLOT), Value::Str(_));
         match step {
             Step::Role => {
-                if self.readable(id, role, ROLE_SLOT, role_set) {
+                if self.readable(entry, id, role, ROLE_SLOT, role_set) {
                     Ok(self.reads.value(entry, ROLE_SLOT).clone())
                 } else {
                     Err(Need(id))
@@ -731,13 +740,13 @@ impl<H: Handler> Env for EvalEnv<'_, '_, H> {
                 if !role_set {
                     return Ok(Value::Null);
                 }
-                if !self.readable(id, role, ROLE_SLOT, true) {
+                if !self.readable(entry, id, role, ROLE_SLOT, true) {
                     return Err(Need(id));
                 }
                 let Some(info) = role.map(|r| compiled.role_at(r)) else { return Ok(Value::Null) };
                 if info.holds_state {
                     // The state changes: only its holder's lock makes it stable.
-                    if self.predict.is_some() || self.engine.negotiator == Negotiator::Global || self.neg.held.contains(&key(id)) {
+                    if self.predict || self.engine.negotiator == Negotiator::Global || self.neg.held.contains(&key(id)) {
                         return Ok(match self.reads.value(entry, STATE_SLOT) {
                             Value::Null => Value::Str(compiled.initial_text.clone()),
                             v => v.clone(),
@@ -753,7 +762,7 @@ impl<H: Handler> Env for EvalEnv<'_, '_, H> {
             }
             Step::Attr(slot) => {
                 let value = self.reads.value(entry, slot).clone();
-                if self.readable(id, role, slot, value != Value::Null) {
+                if self.readable(entry, id, role, slot, value != Value::Null) {
                     Ok(value)
                 } else {
                     Err(Need(id))

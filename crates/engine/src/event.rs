@@ -67,7 +67,12 @@ impl<'m> Event<'m> {
     /// `TIMER`, or `CANCEL` for a cancelled INVITE.
     pub fn method(&self) -> &str {
         match &self.trigger {
-            Trigger::Request { msg, .. } => msg.method().map_or("", |m| m.as_str()),
+            // The standard methods' names without checking their bytes as UTF-8 again.
+            Trigger::Request { msg, .. } => match msg.method() {
+                None => "",
+                Some(m @ tandem_sip::Method::Extension(_)) => m.as_str(),
+                Some(m) => m.metric_label(),
+            },
             Trigger::Response { status, .. } if *status < 200 => "PROVISIONAL",
             Trigger::Response { status, .. } if *status < 300 => "OK",
             Trigger::Response { .. } => "ERROR",

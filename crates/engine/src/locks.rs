@@ -8,6 +8,7 @@
 //! operations, never while waiting. Under `cfg(test)` the mutex is shuttle's, so the model
 //! tests explore interleavings of these operations.
 
+use std::collections::hash_map::Entry::{Occupied, Vacant};
 use std::collections::{HashMap, VecDeque};
 
 #[cfg(not(test))]
@@ -81,14 +82,19 @@ impl<W> LockTable<W> {
     /// so the caller need not hand over a waiter unless it must wait ([`Self::acquire`]).
     pub fn try_take(&self, key: Key, ticket: Ticket) -> bool {
         let mut shard = guard(self.shard(key));
-        match shard.get_mut(&key) {
-            Some(entry) if entry.owner == 0 || entry.owner == ticket => {
-                entry.owner = ticket;
-                true
+        // One hash look-up: the usual case makes the entry.
+        match shard.entry(key) {
+            Occupied(mut held) => {
+                let entry = held.get_mut();
+                if entry.owner == 0 || entry.owner == ticket {
+                    entry.owner = ticket;
+                    true
+                } else {
+                    false
+                }
             }
-            Some(_) => false,
-            None => {
-                shard.insert(key, Entry { owner: ticket, waiters: VecDeque::new() });
+            Vacant(free) => {
+                free.insert(Entry { owner: ticket, waiters: VecDeque::new() });
                 true
             }
         }
@@ -97,7 +103,9 @@ impl<W> LockTable<W> {
     /// Releases `key` held by `ticket`; returns the next waiter, who now holds it.
     pub fn release(&self, key: Key, ticket: Ticket) -> Option<W> {
         let mut shard = guard(self.shard(key));
-        let entry = shard.get_mut(&key)?;
+        // One hash look-up: the usual case (nobody waits) removes the entry.
+        let Occupied(mut held) = shard.entry(key) else { return None };
+        let entry = held.get_mut();
         debug_assert_eq!(entry.owner, ticket, "released a lock it does not hold");
         if entry.owner != ticket {
             return None;
@@ -108,7 +116,7 @@ impl<W> LockTable<W> {
                 Some(waiter)
             }
             None => {
-                shard.remove(&key);
+                held.remove();
                 None
             }
         }

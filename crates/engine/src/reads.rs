@@ -29,6 +29,8 @@ struct Entry {
     role: Option<usize>,
     /// Where its slots start in `Reads::values`.
     base: usize,
+    /// A prediction read it: its lock is wanted ([`Reads::want`]).
+    wanted: bool,
 }
 
 #[derive(Default)]
@@ -64,10 +66,7 @@ impl Reads {
         if let Some(cell) = &cell {
             let s = cell.lock();
             let values = &mut self.values;
-            values.reserve(compiled.slots.len());
-            for _ in 0..compiled.slots.len() {
-                values.push(Value::Null);
-            }
+            values.extend((0..compiled.slots.len()).map(|_| Value::Null));
             for (name, v) in s.attributes.iter() {
                 if let Some(slot) = compiled.slot(name) {
                     values[base + slot] = to_value(Some(v));
@@ -80,7 +79,7 @@ impl Reads {
             Some(Value::Str(role)) if exists => compiled.role_index(role),
             _ => None,
         };
-        self.entries.push(Entry { id, cell, generation, role, base });
+        self.entries.push(Entry { id, cell, generation, role, base, wanted: false });
         exists.then_some(self.entries.len() - 1)
     }
 
@@ -92,6 +91,16 @@ impl Reads {
     /// Slot `slot` of a loaded session.
     pub fn value(&self, entry: usize, slot: usize) -> &Value {
         &self.values[self.entries[entry].base + slot]
+    }
+
+    /// Notes that an unlocked evaluation read this session: it will need its lock.
+    pub fn want(&mut self, entry: usize) {
+        self.entries[entry].wanted = true;
+    }
+
+    /// The sessions [`Self::want`] noted, in the order they were first reached.
+    pub fn wanted(&self) -> impl Iterator<Item = SessionId> + '_ {
+        self.entries.iter().filter(|e| e.wanted).map(|e| e.id)
     }
 
     /// Whether session `id` exists.

@@ -20,26 +20,24 @@ impl<T: Ord + Copy> SortedSet<T> {
 
     /// Adds `value`; false if it was there already.
     pub fn insert(&mut self, value: T) -> bool {
-        // Values often come in order, or again.
-        match self.0.last() {
-            None => {
-                self.0.push(value);
-                return true;
+        // A handful of values, often coming in order or again: scanning from the end is
+        // cheaper than a binary search.
+        let mut at = self.0.len();
+        while let Some(v) = at.checked_sub(1).map(|i| self.0[i]) {
+            if v < value {
+                break;
             }
-            Some(last) if *last < value => {
-                self.0.push(value);
-                return true;
+            if v == value {
+                return false;
             }
-            Some(last) if *last == value => return false,
-            Some(_) => {}
+            at -= 1;
         }
-        match self.0.binary_search(&value) {
-            Ok(_) => false,
-            Err(at) => {
-                self.0.insert(at, value);
-                true
-            }
+        if at == self.0.len() {
+            self.0.push(value);
+        } else {
+            self.0.insert(at, value);
         }
+        true
     }
 
     pub fn remove(&mut self, value: &T) -> bool {
@@ -53,7 +51,7 @@ impl<T: Ord + Copy> SortedSet<T> {
     }
 
     pub fn contains(&self, value: &T) -> bool {
-        self.0.binary_search(value).is_ok()
+        self.0.iter().any(|v| v == value)
     }
 
     pub fn pop_first(&mut self) -> Option<T> {
@@ -70,10 +68,6 @@ impl<T: Ord + Copy> SortedSet<T> {
 
     pub fn last(&self) -> Option<&T> {
         self.0.last()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 
     #[cfg(test)]
