@@ -24,7 +24,11 @@ pub struct Compiled {
     /// every attribute a role declares or a navigation names.
     pub(crate) slots: Vec<String>,
     /// `short_key` of each slot's name, to find a name's slot without comparing strings.
-    slot_keys: Vec<u64>,
+    slot_keys: Vec<(usize, u64)>,
+    /// Each role's name (by index), as a value.
+    role_texts: Vec<SmolStr>,
+    /// `slot_keys` by a perfect hash, if one was found (else `slot` scans `slot_keys`).
+    slot_table: Option<SlotTable>,
     /// One per transition, in the machine's order.
     programs: Vec<Program>,
 }
@@ -251,15 +255,72 @@ impl<'s> Compiler<'s> {
     }
 }
 
-/// A name's length and first 7 bytes in one word: equal keys mean equal names up to 7 bytes
-/// long (attribute names usually are), and must be compared in full beyond.
-fn short_key(name: &str) -> u64 {
+/// A name's length and (up to 8 bytes) the bytes it starts and ends with: equal keys mean
+/// equal names up to 8 bytes long (attribute names usually are), and must be compared in full
+/// beyond. Fixed-size reads only (no copy of a variable length).
+fn short_key(name: &str) -> (usize, u64) {
     let b = name.as_bytes();
-    let mut key = [0u8; 8];
-    let n = b.len().min(7);
-    key[..n].copy_from_slice(&b[..n]);
-    key[7] = b.len().min(255) as u8;
-    u64::from_le_bytes(key)
+    let n = b.len();
+    let body = match *b {
+        [] => 0,
+        [x, ..] if n < 4 => u64::from(x) | u64::from(b[n / 2]) << 8 | u64::from(b[n - 1]) << 16,
+        [b0, b1, b2, b3, ..] => {
+            let last = [b[n - 4], b[n - 3], b[n - 2], b[n - 1]];
+            u64::from(u32::from_le_bytes([b0, b1, b2, b3])) | u64::from(u32::from_le_bytes(last)) << 32
+        }
+        _ => 0,
+    };
+    (n, body)
+}
+
+/// The slots by their names' `short_key`: one multiplication and one comparison find a stored
+/// name's only candidate slot (`Reads::load` looks every attribute of a session up).
+struct SlotTable {
+    mult: u64,
+    shift: u32,
+    /// `slot + 1` at each key's hash; 0: no slot.
+    at: Vec<u16>,
+}
+
+impl SlotTable {
+    /// A table without collisions between `keys` (None if none was found, e.g. two long names
+    /// with equal keys, or too many slots).
+    fn new(keys: &[(usize, u64)]) -> Option<SlotTable> {
+        let size = (keys.len() * 4).next_power_of_two().max(16);
+        let shift = 64 - size.trailing_zeros();
+        let slots = u16::try_from(keys.len()).ok()?;
+        let mut mult: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..1000 {
+            let mut at = vec![0u16; size];
+            let mut free = true;
+            for (slot, key) in (1..=slots).zip(keys) {
+                let h = Self::hash(mult, shift, *key);
+                if at[h] != 0 {
+                    free = false;
+                    break;
+                }
+                at[h] = slot;
+            }
+            if free {
+                return Some(SlotTable { mult, shift, at });
+            }
+            mult = mult.wrapping_mul(0x2545_f491_4f6c_dd1d).wrapping_add(0x9e37_79b9_7f4a_7c15) | 1;
+        }
+        None
+    }
+
+    fn hash(mult: u64, shift: u32, (len, body): (usize, u64)) -> usize {
+        // The top bits of the product: less than `at.len()` by construction.
+        ((body ^ (len as u64).rotate_right(8)).wrapping_mul(mult) >> shift) as usize
+    }
+
+    #[inline]
+    fn get(&self, key: (usize, u64)) -> Option<usize> {
+        match self.at.get(Self::hash(self.mult, self.shift, key)) {
+            Some(&slot) if slot != 0 => Some(usize::from(slot) - 1),
+            _ => None,
+        }
+    }
 }
 
 /// The methods `expr` can only be true for, if it tells.
@@ -352,7 +413,9 @@ impl Compiled {
                 }
             })
             .collect();
-        let slot_keys = slots.0.iter().map(|n| short_key(n)).collect();
+        let slot_keys: Vec<(usize, u64)> = slots.0.iter().map(|n| short_key(n)).collect();
+        let slot_table = SlotTable::new(&slot_keys);
+        let role_texts = machine.roles.iter().map(|r| SmolStr::new(&r.name.name)).collect();
         Ok(Compiled {
             initial_text: SmolStr::new(&initial),
             initial,
@@ -361,6 +424,8 @@ impl Compiled {
             roles,
             slots: slots.0,
             slot_keys,
+            role_texts,
+            slot_table,
             programs,
             machine,
         })
@@ -379,14 +444,24 @@ impl Compiled {
         self.roles.position(name)
     }
 
+    /// The name of the role at `index`, as a value.
+    pub(crate) fn role_text(&self, index: usize) -> &SmolStr {
+        &self.role_texts[index]
+    }
+
     pub(crate) fn role_at(&self, index: usize) -> &RoleInfo {
         &self.roles.0[index].1
     }
 
     /// The slot of a stored attribute name, if evaluation can read it.
+    #[inline]
     pub(crate) fn slot(&self, stored: &str) -> Option<usize> {
         let k = short_key(stored);
-        self.slot_keys.iter().zip(&self.slots).position(|(key, name)| *key == k && (stored.len() <= 7 || name == stored))
+        let same = |slot: usize| self.slot_keys[slot] == k && (k.0 <= 8 || self.slots[slot] == stored);
+        match &self.slot_table {
+            Some(table) => table.get(k).filter(|&slot| same(slot)),
+            None => (0..self.slots.len()).find(|&slot| same(slot)),
+        }
     }
 
     /// Whether `attr` of a session playing `role` never changes once set.
@@ -419,6 +494,37 @@ impl Compiled {
 mod tests {
     use super::*;
 
+    #[test]
+    fn short_keys_tell_short_names_apart() {
+        let names = [
+            "",
+            "a",
+            "b",
+            "ab",
+            "ba",
+            "abc",
+            "acc",
+            "cba",
+            "abcd",
+            "abdd",
+            "abcde",
+            "abxde",
+            "@state",
+            "@stata",
+            "abcdefgh",
+            "abcdxfgh",
+            "abcdefghi",
+        ];
+        for a in names {
+            for b in names {
+                let (ka, kb) = (short_key(a), short_key(b));
+                if a.len() <= 8 || b.len() <= 8 {
+                    assert_eq!(ka == kb, a == b, "{a:?} {b:?}");
+                }
+            }
+        }
+    }
+
     const CONTRACT: &str = r#"
 service t
 role Caller holds state {
@@ -447,6 +553,15 @@ transition T3: Busy -> same
     #[test]
     fn names_resolve_to_slots_and_guards_to_methods() {
         let c = Compiled::new(tandem_contract::parse(CONTRACT).expect("parses")).expect("compiles");
+        assert!(c.slot_table.is_some());
+        for (i, name) in c.slots.iter().enumerate() {
+            assert_eq!(c.slot(name), Some(i), "{name}");
+            let longer = format!("{name}x");
+            assert_eq!(c.slot(&longer), c.slots.iter().position(|n| *n == longer), "{longer}");
+        }
+        for other in ["", "x", "sdp", "@rolf", "role", "a_much_longer_attribute_name"] {
+            assert_eq!(c.slot(other), c.slots.iter().position(|n| n == other), "{other}");
+        }
         assert_eq!(&c.slots[..2], ["@role", "@state"]);
         for (i, name) in c.slots.iter().enumerate() {
             assert_eq!(c.slot(name), Some(i), "{name}");

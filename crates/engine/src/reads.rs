@@ -63,22 +63,36 @@ impl Reads {
         let base = self.values.len();
         let cell = ctx.session(id);
         let mut generation = 0;
+        let mut role = None;
         if let Some(cell) = &cell {
+            let n = compiled.slots.len();
+            self.values.resize(base + n, Value::Null);
+            let slots = &mut self.values[base..];
             let s = cell.lock();
-            let values = &mut self.values;
-            values.extend((0..compiled.slots.len()).map(|_| Value::Null));
             for (name, v) in s.attributes.iter() {
-                if let Some(slot) = compiled.slot(name) {
-                    values[base + slot] = to_value(Some(v));
-                }
+                let Some(slot) = compiled.slot(name) else { continue };
+                let Some(at) = slots.get_mut(slot) else { continue };
+                *at = match v {
+                    AttrValue::Session(s) => Value::Session(*s),
+                    // A declared role's name is the contract's: cloned, not copied.
+                    AttrValue::Str(text) if slot == ROLE_SLOT => {
+                        role = compiled.role_index(text);
+                        Value::Str(role.map_or_else(|| SmolStr::new(text), |r| compiled.role_text(r).clone()))
+                    }
+                    AttrValue::Str(text) => Value::Str(SmolStr::new(text)),
+                    v => to_value(Some(v)),
+                };
             }
             generation = s.attributes.generation();
+            drop(s);
+            // A role stored as bytes reads as text too.
+            if role.is_none() {
+                if let Some(Value::Str(text)) = slots.get(ROLE_SLOT) {
+                    role = compiled.role_index(text);
+                }
+            }
         }
         let exists = cell.is_some();
-        let role = match self.values.get(base + ROLE_SLOT) {
-            Some(Value::Str(role)) if exists => compiled.role_index(role),
-            _ => None,
-        };
         self.entries.push(Entry { id, cell, generation, role, base, wanted: false });
         exists.then_some(self.entries.len() - 1)
     }
