@@ -226,9 +226,11 @@ struct Links {
 }
 
 async fn run_executor(mut core: Core, mut rx: mpsc::Receiver<Input>, mut posts: mpsc::UnboundedReceiver<PostMsg>, links: Links) {
-    let far = || tokio::time::Instant::now() + Duration::from_secs(3600);
-    let sleep = tokio::time::sleep_until(far());
+    let sleep = tokio::time::sleep_until(tokio::time::Instant::now() + Duration::from_secs(3600));
     tokio::pin!(sleep);
+    // The deadline the sleep is armed for: re-arming it (a timer-wheel re-registration, under
+    // the driver's lock when the deadline moves earlier) only when the deadline changed.
+    let mut armed: Option<Instant> = None;
     let mut last_publish = Instant::now();
     // Counters changed since they were last published: publish within PUBLISH even if no
     // further event comes (an idle executor must not leave stale gauges behind).
@@ -236,8 +238,15 @@ async fn run_executor(mut core: Core, mut rx: mpsc::Receiver<Input>, mut posts: 
     loop {
         let publish_at = dirty.then(|| last_publish + PUBLISH);
         let deadline = [core.next_deadline(), publish_at].into_iter().flatten().min();
-        sleep.as_mut().reset(deadline.map_or_else(far, tokio::time::Instant::from_std));
-        tokio::select! {
+        if deadline != armed {
+            // With no deadline the sleep stays armed for the old one and is simply not polled
+            // (`if deadline.is_some()` below).
+            if let Some(d) = deadline {
+                sleep.as_mut().reset(tokio::time::Instant::from_std(d));
+            }
+            armed = deadline;
+        }
+        let now = tokio::select! {
             biased;
             input = rx.recv() => {
                 let Some(input) = input.filter(|i| !matches!(i, Input::Stop)) else { break };
@@ -264,24 +273,31 @@ async fn run_executor(mut core: Core, mut rx: mpsc::Receiver<Input>, mut posts: 
                     }
                 }
                 flush(&mut core, &links, now);
+                now
             }
             Some((service, work)) = posts.recv() => {
                 let now = Instant::now();
                 core.run_post(now, service, work);
                 flush(&mut core, &links, now);
+                now
             }
             _ = &mut sleep, if deadline.is_some() => {
                 let now = Instant::now();
+                // The sleep fired: it must be re-armed even if the next deadline is the same
+                // (a deadline not yet due by `Instant::now`, whose tick the wheel rounded down).
+                armed = None;
                 if core.next_deadline().is_some_and(|d| d <= now) {
                     core.on_timeout(now);
                     flush(&mut core, &links, now);
                 }
+                now
             }
-        }
+        };
         dirty = true;
-        if last_publish.elapsed() >= PUBLISH {
+        // `now` was read when this event began: the handling since is short against PUBLISH.
+        if now.saturating_duration_since(last_publish) >= PUBLISH {
             core.publish_stats();
-            last_publish = Instant::now();
+            last_publish = now;
             dirty = false;
         }
     }

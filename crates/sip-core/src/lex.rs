@@ -407,6 +407,30 @@ mod tests {
         (valid, found, find_first())
     }
 
+    /// Random lists of grammar-relevant bytes against split-then-check (kept from a tried
+    /// eight-bytes-at-a-time scanner, dropped: decision 0001, third pass).
+    #[test]
+    fn one_pass_scanner_matches_split_then_check_on_random_lists() {
+        const ALPHABET: &[&str] = &[
+            "a", "T", "g", "tag", "1", "-", ".", "=", ";", "\"", "<", ">", "\\", " ", "\t", "\r\n ", ":", "[", "]", ",", "/", "\u{e9}", "~",
+        ];
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..100_000 {
+            let len = (next() % 24) as usize;
+            let list: String = (0..len).map(|_| ALPHABET[(next() % ALPHABET.len() as u64) as usize]).collect();
+            let (valid, found, first) = reference(&list, "tag");
+            assert_eq!(parse_params(&list), valid, "{list:?}");
+            assert_eq!(parse_params_find(&list, "tag"), valid.and(found), "{list:?}");
+            assert_eq!(find_param(&list, "tag"), first, "{list:?}");
+        }
+    }
+
     #[test]
     fn one_pass_scanner_matches_split_then_check() {
         for list in [
