@@ -303,20 +303,7 @@ fn via_destination(via: &Via<'_>) -> Option<Destination> {
 /// Our Record-Route value, `<sip:HOST:PORT;transport=T;lr;tsvc=SERVICE>`, in parts written
 /// straight into the message (a `format!` and its allocations per initial request before).
 fn record_route_parts<'a>(listener: &'a LocalListener, service_name: &'a str) -> [&'a str; 7] {
-    ["<sip:", &listener.host_port, ";transport=", transport_lowercase(listener.transport), ";lr;tsvc=", service_name, ">"]
-}
-
-fn transport_lowercase(t: Transport) -> &'static str {
-    match t {
-        Transport::Udp => "udp",
-        Transport::Tcp => "tcp",
-        Transport::Tls => "tls",
-        Transport::Sctp => "sctp",
-        Transport::Ws => "ws",
-        Transport::Wss => "wss",
-        Transport::InProc => "inproc",
-        Transport::Other => "other",
-    }
+    ["<sip:", &listener.host_port, ";transport=", listener.transport.as_lowercase_str(), ";lr;tsvc=", service_name, ">"]
 }
 
 /// The request as forwarded: our Via on top, Record-Route when asked, Max-Forwards
@@ -463,7 +450,7 @@ mod tests {
             Transport::InProc,
             Transport::Other,
         ] {
-            assert_eq!(transport_lowercase(t), t.as_str().to_ascii_lowercase());
+            assert_eq!(t.as_lowercase_str(), t.as_str().to_ascii_lowercase());
         }
         let formatted = format!("<sip:{};transport={};lr;tsvc={}>", l.host_port, l.transport.as_str().to_ascii_lowercase(), "proxy");
         assert_eq!(record_route_parts(&l, "proxy").concat(), formatted);

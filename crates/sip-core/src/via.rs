@@ -53,6 +53,20 @@ impl Transport {
         }
     }
 
+    /// The lowercase form, as in a URI's `transport=` parameter (RFC 3261 §19.1.1).
+    pub fn as_lowercase_str(self) -> &'static str {
+        match self {
+            Transport::Udp => "udp",
+            Transport::Tcp => "tcp",
+            Transport::Tls => "tls",
+            Transport::Sctp => "sctp",
+            Transport::Ws => "ws",
+            Transport::Wss => "wss",
+            Transport::InProc => "inproc",
+            Transport::Other => "other",
+        }
+    }
+
     pub fn is_reliable(self) -> bool {
         !matches!(self, Transport::Udp)
     }
