@@ -11,6 +11,11 @@ pub struct ContainerConfig {
     pub executors: usize,
     /// Messages waiting per executor; beyond it, requests are refused with 503.
     pub queue_capacity: usize,
+    /// Where executors read UDP themselves (`transport.udp_readers` = 0): an initial request
+    /// that waited longer than this in the socket's buffer is refused with 503 (new work is
+    /// shed first; in-dialog requests and responses, which finish calls, are still handled).
+    #[serde(with = "humantime_serde")]
+    pub overload_delay: Duration,
     /// An application session with no activity for this long is invalidated.
     #[serde(with = "humantime_serde")]
     pub app_session_expiry: Duration,
@@ -37,6 +42,7 @@ impl Default for ContainerConfig {
         ContainerConfig {
             executors: 0,
             queue_capacity: 16_384,
+            overload_delay: Duration::from_millis(200),
             app_session_expiry: Duration::from_secs(300),
             max_app_sessions: 1_000_000,
             max_transactions: 500_000,

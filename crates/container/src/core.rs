@@ -159,6 +159,11 @@ impl Core {
         self.st.executor
     }
 
+    /// How many executors the container runs (for routing by Call-ID, [`crate::executor_for`]).
+    pub fn executors(&self) -> u16 {
+        self.st.executors
+    }
+
     /// Attaches the way completions ([`crate::Completion`]) come back to executors.
     pub fn set_reentry(&mut self, reentry: Arc<dyn crate::Reentry>) {
         self.st.reentry = reentry;

@@ -14,7 +14,7 @@ use rand_chacha::ChaCha20Rng;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tandem_sip::{Flow, Message, Method, ParseError, ResponseBuilder};
-use tandem_transport::{ListenSpec, Protocol, Sink, TransportConfig, Transports};
+use tandem_transport::{ListenSpec, Protocol, Received, Sink, TransportConfig, Transports, UdpReceiver};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -52,29 +52,43 @@ struct Dispatcher {
     transports: OnceLock<Transports>,
 }
 
+impl Dispatcher {
+    /// Counts a message dropped for overload, and answers it 503 if it is a request that
+    /// takes an answer.
+    fn refuse(&self, msg: &Message, flow: Flow) {
+        self.metrics.dropped(DropReason::Overload);
+        if msg.is_request() && msg.method() != Some(&Method::Ack) && msg.defect().is_none() {
+            if let Some(t) = self.transports.get() {
+                let tag = format!("{:016x}", rand::thread_rng().next_u64());
+                let response = ResponseBuilder::new(msg, 503, "Service Unavailable", Some(&tag)).header("Retry-After", "1").finish();
+                self.metrics.message_out(msg.method(), Some(503), flow.transport);
+                let _ = t.send(flow, response);
+            }
+        }
+    }
+}
+
+/// New work: a request outside any dialog or transaction (not ACK, not CANCEL, no To tag),
+/// the kind an overloaded executor sheds first.
+fn is_initial_request(msg: &Message) -> bool {
+    msg.is_request() && !matches!(msg.method(), Some(Method::Ack | Method::Cancel)) && msg.to_tag().is_none()
+}
+
 impl Sink for Dispatcher {
     fn on_message(&self, msg: Message, flow: Flow) {
         let executor = executor_for(msg.call_id(), self.inboxes.len() as u16) as usize;
         let Err(err) = self.inboxes[executor].try_send(Input::Message(msg, flow)) else {
             return;
         };
-        self.metrics.dropped(DropReason::Overload);
         let (mpsc::error::TrySendError::Full(Input::Message(msg, flow)) | mpsc::error::TrySendError::Closed(Input::Message(msg, flow))) =
             err
         else {
+            self.metrics.dropped(DropReason::Overload);
             return;
         };
         // Overload: refuse at once rather than queue without bound (RFC 3261 §21.5.4).
-        if msg.is_request() && msg.method() != Some(&Method::Ack) && msg.defect().is_none() {
-            if let Some(t) = self.transports.get() {
-                let tag = format!("{:016x}", rand::thread_rng().next_u64());
-                let response = ResponseBuilder::new(&msg, 503, "Service Unavailable", Some(&tag)).header("Retry-After", "1").finish();
-                self.metrics.message_out(msg.method(), Some(503), flow.transport);
-                let _ = t.send(flow, response);
-            }
-        }
+        self.refuse(&msg, flow);
     }
-
     fn on_parse_error(&self, error: ParseError, flow: Flow) {
         tracing::debug!(%error, remote = %flow.remote, "unparseable input");
         self.metrics.parse_error(false);
@@ -122,8 +136,14 @@ impl Container {
         // internal and bounded by the work in flight: it must never be dropped.
         let (post_senders, post_receivers): (Vec<_>, Vec<_>) = (0..executors).map(|_| mpsc::unbounded_channel()).unzip();
         let post_senders = Arc::new(post_senders);
+        // With `udp_readers` = 0 the executors read the UDP sockets themselves: socket j by
+        // executor j mod n.
+        let mut udp: Vec<Vec<UdpReceiver>> = (0..executors).map(|_| Vec::new()).collect();
+        for (j, receiver) in transports.take_udp_receivers().into_iter().enumerate() {
+            udp[j % executors].push(receiver);
+        }
         let mut tasks = Vec::new();
-        for ((index, rx), posts_rx) in receivers.into_iter().enumerate().zip(post_receivers) {
+        for (((index, rx), posts_rx), udp) in receivers.into_iter().enumerate().zip(post_receivers).zip(udp) {
             let mut rng = ChaCha20Rng::seed_from_u64(root_seed);
             rng.set_stream(index as u64);
             let mut core = Core::new(CoreParts {
@@ -138,8 +158,13 @@ impl Container {
                 ids: IdSource::new(rng),
             });
             core.set_reentry(Arc::new(PostReentry(post_senders.clone())));
-            let links = Links { transports: transports.clone(), posts: post_senders.clone() };
-            tasks.push(tokio::spawn(run_executor(core, rx, posts_rx, links)));
+            let links = Links {
+                transports: transports.clone(),
+                posts: post_senders.clone(),
+                dispatcher: dispatcher.clone(),
+                overload_delay: config.overload_delay,
+            };
+            tasks.push(tokio::spawn(run_executor(core, rx, posts_rx, udp, links)));
         }
         Ok(Container { store, metrics, transports, executors: tasks, inboxes: senders, services })
     }
@@ -223,14 +248,39 @@ impl crate::Reentry for PostReentry {
 struct Links {
     transports: Transports,
     posts: Arc<Vec<mpsc::UnboundedSender<PostMsg>>>,
+    /// Hands a message this executor read to the executor owning its Call-ID.
+    dispatcher: Arc<Dispatcher>,
+    overload_delay: Duration,
 }
 
-async fn run_executor(mut core: Core, mut rx: mpsc::Receiver<Input>, mut posts: mpsc::UnboundedReceiver<PostMsg>, links: Links) {
+/// Ready with the index of a UDP receiver that may have a datagram; pending (with the task's
+/// waker registered on every receiver) otherwise.
+fn udp_ready(receivers: &[UdpReceiver]) -> impl std::future::Future<Output = usize> + '_ {
+    std::future::poll_fn(move |cx| {
+        for (i, receiver) in receivers.iter().enumerate() {
+            if receiver.poll_ready(cx).is_ready() {
+                return std::task::Poll::Ready(i);
+            }
+        }
+        std::task::Poll::Pending
+    })
+}
+
+async fn run_executor(
+    mut core: Core,
+    mut rx: mpsc::Receiver<Input>,
+    mut posts: mpsc::UnboundedReceiver<PostMsg>,
+    mut udp: Vec<UdpReceiver>,
+    links: Links,
+) {
     let sleep = tokio::time::sleep_until(tokio::time::Instant::now() + Duration::from_secs(3600));
     tokio::pin!(sleep);
     // The deadline the sleep is armed for: re-arming it (a timer-wheel re-registration, under
     // the driver's lock when the deadline moves earlier) only when the deadline changed.
     let mut armed: Option<Instant> = None;
+    let overload_delay = links.overload_delay;
+    // The last UDP batch ended with datagrams still waiting.
+    let mut behind = false;
     let mut last_publish = Instant::now();
     // Counters changed since they were last published: publish within PUBLISH even if no
     // further event comes (an idle executor must not leave stale gauges behind).
@@ -258,21 +308,37 @@ async fn run_executor(mut core: Core, mut rx: mpsc::Receiver<Input>, mut posts: 
                         Err(_) => break,
                     }
                 }
-                // Under sustained load the queue never empties: fire due timers here too.
-                if core.next_deadline().is_some_and(|d| d <= now) {
-                    core.on_timeout(now);
-                }
-                // And take work other executors posted (a lock handed over to a waiting
-                // transition, a send on one of this executor's dialogs): `biased` polls it only
-                // when no input is waiting, which under sustained load can be never — it then
-                // waited until the load stopped, and the sessions involved with it.
+                after_batch(&mut core, &mut posts, &links, now);
+                now
+            }
+            i = udp_ready(&udp), if !udp.is_empty() => {
+                let now = Instant::now();
+                // Datagrams that arrived before this instant waited in the socket's buffer
+                // for longer than the overload delay. Only an executor that found more than a
+                // batch waiting last time can be that far behind (a batch takes milliseconds):
+                // the others read without arrival times, which is cheaper.
+                let late = if behind { std::time::SystemTime::now().checked_sub(overload_delay) } else { None };
+                let Some(receiver) = udp.get_mut(i) else { continue };
+                behind = true;
                 for _ in 0..BATCH {
-                    match posts.try_recv() {
-                        Ok((service, work)) => core.run_post(now, service, work),
-                        Err(_) => break,
+                    match receiver.try_recv(late.is_some()) {
+                        Received::Message(msg, flow, arrived) => {
+                            if late.is_some_and(|late| arrived.is_some_and(|a| a < late)) && is_initial_request(&msg) {
+                                links.dispatcher.refuse(&msg, flow);
+                            } else if executor_for(msg.call_id(), core.executors()) == core.executor() {
+                                core.on_message(now, msg, flow);
+                            } else {
+                                links.dispatcher.on_message(msg, flow);
+                            }
+                        }
+                        Received::Other => {}
+                        Received::Empty => {
+                            behind = false;
+                            break;
+                        }
                     }
                 }
-                flush(&mut core, &links, now);
+                after_batch(&mut core, &mut posts, &links, now);
                 now
             }
             Some((service, work)) = posts.recv() => {
@@ -302,6 +368,25 @@ async fn run_executor(mut core: Core, mut rx: mpsc::Receiver<Input>, mut posts: 
         }
     }
     core.publish_stats();
+}
+
+/// After a batch of inputs: what a busy executor must not leave waiting, then the sends.
+fn after_batch(core: &mut Core, posts: &mut mpsc::UnboundedReceiver<PostMsg>, links: &Links, now: Instant) {
+    // Under sustained load the input never runs dry: fire due timers here too.
+    if core.next_deadline().is_some_and(|d| d <= now) {
+        core.on_timeout(now);
+    }
+    // And take work other executors posted (a lock handed over to a waiting transition, a
+    // send on one of this executor's dialogs): `biased` polls it only when no input is
+    // waiting, which under sustained load can be never — it then waited until the load
+    // stopped, and the sessions involved with it.
+    for _ in 0..BATCH {
+        match posts.try_recv() {
+            Ok((service, work)) => core.run_post(now, service, work),
+            Err(_) => break,
+        }
+    }
+    flush(core, links, now);
 }
 
 fn handle(core: &mut Core, now: Instant, input: Input) {

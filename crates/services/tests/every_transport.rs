@@ -2,7 +2,8 @@
 //!
 //! Each case starts the service in a real container (and, for the proxy and the B2BUA, a `uas`
 //! container behind it on the same transport) and plays a SIP user agent against it from a
-//! real `Transports` endpoint of that transport: UDP, TCP, TLS, WS, WSS and in-process. The
+//! real `Transports` endpoint of that transport: UDP (read by reader tasks, and read by the
+//! executors themselves), TCP, TLS, WS, WSS and in-process. The
 //! services are built exactly as `tandem run` builds them; only the listen specs differ.
 //!
 //! Scenarios: `uas` (OPTIONS, then INVITE / 200 with SDP / ACK / BYE / 200), `proxy` in front of
@@ -23,8 +24,7 @@ fn uas() -> Arc<dyn Service> {
     Arc::new(Uas::new(&UasConfig { hold: Duration::from_secs(60), ..Default::default() }))
 }
 
-async fn uas_case(transport: Transport) {
-    let world = World::new(transport);
+async fn uas_case(world: World) {
     let (container, server) = world.container("uas", uas()).await;
     let mut alice = world.peer("alice").await;
     alice.options(server).await;
@@ -34,8 +34,7 @@ async fn uas_case(transport: Transport) {
     container.shutdown().await;
 }
 
-async fn proxy_case(transport: Transport) {
-    let world = World::new(transport);
+async fn proxy_case(world: World) {
     let (behind, uas_addr) = world.container("uas", uas()).await;
     let config = ProxyConfig { next_hop: Some(world.hop(uas_addr)), record_route: Some(true) };
     let (container, server) = world.container("proxy", Arc::new(Proxy::new(&config).unwrap())).await;
@@ -48,8 +47,7 @@ async fn proxy_case(transport: Transport) {
     behind.shutdown().await;
 }
 
-async fn b2bua_case(transport: Transport) {
-    let world = World::new(transport);
+async fn b2bua_case(world: World) {
     let (behind, uas_addr) = world.container("uas", uas()).await;
     let config = B2buaConfig { next_hop: Some(world.hop(uas_addr)), ..Default::default() };
     let (container, server) = world.container("b2bua_nt", Arc::new(B2bua::new(&config).unwrap())).await;
@@ -61,8 +59,7 @@ async fn b2bua_case(transport: Transport) {
     behind.shutdown().await;
 }
 
-async fn registrar_case(transport: Transport) {
-    let world = World::new(transport);
+async fn registrar_case(world: World) {
     let location = Location::new();
     let registrar: Arc<dyn Service> = Arc::new(Registrar::new(&RegistrarConfig::default(), location.clone()));
     let proxy: Arc<dyn Service> = Arc::new(Proxy::new(&ProxyConfig::default()).unwrap().with_location(location.clone()));
@@ -89,38 +86,39 @@ async fn registrar_case(transport: Transport) {
 }
 
 macro_rules! on_every_transport {
-    ($($module:ident => $transport:expr),* $(,)?) => {$(
+    ($($module:ident => $world:expr),* $(,)?) => {$(
         mod $module {
             use super::*;
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn uas() {
-                uas_case($transport).await;
+                uas_case($world).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn proxy() {
-                proxy_case($transport).await;
+                proxy_case($world).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn b2bua_nt() {
-                b2bua_case($transport).await;
+                b2bua_case($world).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn registrar_and_proxy() {
-                registrar_case($transport).await;
+                registrar_case($world).await;
             }
         }
     )*};
 }
 
 on_every_transport! {
-    udp => Transport::Udp,
-    tcp => Transport::Tcp,
-    tls => Transport::Tls,
-    ws => Transport::Ws,
-    wss => Transport::Wss,
-    in_process => Transport::InProc,
+    udp => World::new(Transport::Udp),
+    udp_read_by_executors => World::udp_read_by_executors(),
+    tcp => World::new(Transport::Tcp),
+    tls => World::new(Transport::Tls),
+    ws => World::new(Transport::Ws),
+    wss => World::new(Transport::Wss),
+    in_process => World::new(Transport::InProc),
 }

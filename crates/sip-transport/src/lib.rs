@@ -41,6 +41,7 @@ pub use spec::{ListenSpec, Protocol, SpecError};
 pub use tls::{certificates_from_pem, client_config, server_config, TlsError};
 /// The rustls crate this transport is built with (for building configurations by hand).
 pub use tokio_rustls::rustls;
+pub use udp::{Received, UdpReceiver};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -67,7 +68,8 @@ pub struct TransportConfig {
     pub tcp_connect_timeout: Duration,
     /// Messages queued for writing on one TCP connection; beyond, sending fails.
     pub tcp_write_queue: usize,
-    /// Tasks reading each UDP socket.
+    /// Tasks reading each UDP socket. 0: none; the owner reads them through the
+    /// [`UdpReceiver`]s of [`Transports::take_udp_receivers`].
     pub udp_readers: usize,
     /// SO_RCVBUF / SO_SNDBUF for UDP sockets, so bursts are not dropped by the kernel.
     pub udp_socket_buffer_bytes: usize,
@@ -181,6 +183,8 @@ pub(crate) struct Inner {
     /// Set by [`Transports::shutdown`]: a task started after it is stopped at once.
     pub shut_down: std::sync::atomic::AtomicBool,
     pub tls_connector: Option<tokio_rustls::TlsConnector>,
+    /// With `udp_readers` = 0, the UDP listeners' receivers until the owner takes them.
+    pub udp_receivers: Mutex<Vec<UdpReceiver>>,
 }
 
 pub(crate) struct Listener {
@@ -297,6 +301,7 @@ impl Transports {
             tasks: Mutex::new(Vec::new()),
             shut_down: std::sync::atomic::AtomicBool::new(false),
             tls_connector,
+            udp_receivers: Mutex::new(Vec::new()),
         });
         if let Some(hub) = &inner.config.in_process {
             for (index, listener) in inner.listeners.iter().enumerate().filter(|(_, l)| l.protocol == Protocol::InProc) {
@@ -309,7 +314,10 @@ impl Transports {
         let mut tasks = Vec::new();
         for (index, listener) in inner.listeners.iter().enumerate() {
             if let Some(socket) = &listener.udp {
-                for _ in 0..inner.config.udp_readers.max(1) {
+                if inner.config.udp_readers == 0 {
+                    inner.udp_receivers.lock().push(UdpReceiver::new(inner.clone(), socket.clone(), index as u16));
+                }
+                for _ in 0..inner.config.udp_readers {
                     tasks.push(tokio::spawn(udp::read_loop(inner.clone(), socket.clone(), index as u16)));
                 }
             }
@@ -320,6 +328,13 @@ impl Transports {
         }
         inner.tasks.lock().extend(tasks);
         Ok(Transports { inner })
+    }
+
+    /// With `udp_readers` = 0, the receivers of the UDP listeners, in listener order, for the
+    /// owner to read (once: later calls return none). Received messages are then the owner's
+    /// to handle; parse errors still go to the sink.
+    pub fn take_udp_receivers(&self) -> Vec<UdpReceiver> {
+        std::mem::take(&mut *self.inner.udp_receivers.lock())
     }
 
     /// Bound addresses, in the order of the specs given to [`Self::bind`].
@@ -366,6 +381,8 @@ impl Transports {
         // A connection accepted or opened just now may be tracked after the drain below: the
         // flag makes `track` stop it (found by shutdown_closes_outgoing_and_accepted_connections).
         self.inner.shut_down.store(true, Ordering::SeqCst);
+        // Receivers hold the transport: dropping those never taken breaks the cycle.
+        self.inner.udp_receivers.lock().clear();
         for task in self.inner.tasks.lock().drain(..) {
             task.abort();
         }

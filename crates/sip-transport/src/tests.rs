@@ -647,3 +647,48 @@ async fn tls_and_wss_direct_writes_keep_order_under_backpressure_and_bound_the_q
     }
     t.shutdown();
 }
+
+/// With `udp_readers` = 0 no task reads UDP: the owner reads through the receivers, which
+/// report parse errors to the sink as the reader tasks do.
+#[tokio::test]
+async fn udp_read_by_the_owner() {
+    let (t, sink) = start(TransportConfig { udp_readers: 0, ..Default::default() }).await;
+    let server = t.local_addrs()[0].1;
+    let mut receivers = t.take_udp_receivers();
+    assert_eq!(receivers.len(), 1, "one receiver per UDP listener");
+    assert!(t.take_udp_receivers().is_empty(), "taken once");
+    let receiver = &mut receivers[0];
+    assert!(matches!(receiver.try_recv(false), Received::Empty));
+    let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let before = std::time::SystemTime::now();
+    client.send_to(OPTIONS.as_bytes(), server).await.unwrap();
+    client.send_to(OPTIONS.as_bytes(), server).await.unwrap();
+    client.send_to(b"\x00\x01garbage", server).await.unwrap();
+    std::future::poll_fn(|cx| receiver.poll_ready(cx)).await;
+    let Received::Message(msg, flow, arrived) = receiver.try_recv(true) else { panic!("a message") };
+    assert_eq!((msg.call_id(), flow.remote, flow.listener), ("c1", client.local_addr().unwrap(), 0));
+    let arrived = arrived.expect("an arrival time when asked for");
+    assert!(arrived >= before - Duration::from_millis(1) && arrived <= std::time::SystemTime::now(), "{arrived:?}");
+    let mut next = receiver.try_recv(false);
+    for _ in 0..100 {
+        if !matches!(next, Received::Empty) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        next = receiver.try_recv(false);
+    }
+    assert!(matches!(next, Received::Message(_, _, None)), "no arrival time unless asked for");
+    let mut other = receiver.try_recv(true);
+    for _ in 0..100 {
+        if !matches!(other, Received::Empty) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        other = receiver.try_recv(true);
+    }
+    assert!(matches!(other, Received::Other));
+    assert_eq!(sink.errors.lock().len(), 1, "the garbage was reported to the sink");
+    assert!(sink.messages.lock().is_empty(), "messages are the owner's, not the sink's");
+    assert!(matches!(receiver.try_recv(true), Received::Empty));
+    t.shutdown();
+}

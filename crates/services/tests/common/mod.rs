@@ -21,6 +21,8 @@ pub struct World {
     pub transport: Transport,
     tls: TlsConfig,
     hub: InProcessHub,
+    /// `TransportConfig::udp_readers` of the containers (peers keep a reader task).
+    udp_readers: usize,
 }
 
 static NEXT_NAME: AtomicU16 = AtomicU16::new(41000);
@@ -40,10 +42,21 @@ impl World {
             server: Some(server_config(leaf.pem().as_bytes(), key.serialize_pem().as_bytes(), p, p).unwrap()),
             client: Some(client_config(Some((ca.pem().as_bytes(), p)), false).unwrap()),
         };
-        World { transport, tls, hub: InProcessHub::new() }
+        World { transport, tls, hub: InProcessHub::new(), udp_readers: TransportConfig::default().udp_readers }
     }
 
+    /// UDP, with the containers' executors reading their sockets themselves (`tandem run`'s
+    /// default) instead of reader tasks.
+    pub fn udp_read_by_executors() -> World {
+        World { udp_readers: 0, ..World::new(Transport::Udp) }
+    }
+
+    /// The transport configuration of this case's containers.
     pub fn config(&self) -> TransportConfig {
+        TransportConfig { udp_readers: self.udp_readers, ..self.peer_config() }
+    }
+
+    fn peer_config(&self) -> TransportConfig {
         TransportConfig { tls: self.tls.clone(), in_process: Some(self.hub.clone()), ..Default::default() }
     }
 
@@ -73,7 +86,7 @@ impl World {
 
     pub async fn peer(&self, user: &'static str) -> Peer {
         let (tx, rx) = mpsc::unbounded_channel();
-        let transports = Transports::bind(&[self.spec()], self.config(), Arc::new(Inbox(tx))).await.unwrap();
+        let transports = Transports::bind(&[self.spec()], self.peer_config(), Arc::new(Inbox(tx))).await.unwrap();
         let local = transports.local_addrs()[0].1;
         Peer { user, transport: self.transport, transports, rx, local }
     }
