@@ -108,6 +108,22 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def system_seconds(pid):
+    """stime of a process (all threads): its time in the kernel, in seconds; None if gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            s = f.read()
+    except OSError:
+        return None
+    return int(s[s.rindex(")") + 2:].split()[12]) / CLK_TCK
+
+
+def session_system_seconds(sid):
+    """stime summed over the session's processes; None if none is left."""
+    times = [t for t in map(system_seconds, session_pids(sid)) if t is not None]
+    return sum(times) if times else None
+
+
 def session_pids(sid):
     """PIDs of every process of session `sid` (a server started with start_new_session:
     Kamailio's main process and its workers; tandem alone)."""
@@ -520,7 +536,8 @@ class Rig:
                 time.sleep(delay)
             samples[label] = (time.monotonic() - t0, session_cpu_seconds(pid),
                               [cpu_seconds(u["proc"].pid) for u in uacs],
-                              cpu_seconds(self.uas.pid) if self.uas else 0.0, machine_busy_seconds())
+                              cpu_seconds(self.uas.pid) if self.uas else 0.0, machine_busy_seconds(),
+                              session_system_seconds(pid))
         rss = rss_kib(pid) if self.scenario != "kamailio200" else session_rss_kib(pid)
         drops1 = udp_drops_by_pid()
         deadline = t0 + dur + 90
@@ -548,6 +565,9 @@ class Rig:
         cpu = None
         if samples["warm"][1] is not None and samples["end"][1] is not None and in_window:
             cpu = (samples["end"][1] - samples["warm"][1]) * 1e6 / in_window
+        cpu_system = None
+        if samples["warm"][5] is not None and samples["end"][5] is not None and in_window:
+            cpu_system = (samples["end"][5] - samples["warm"][5]) * 1e6 / in_window
         shares = [u["cpu_share"] for u in uacs]
         sipp_cpu = sum(s for s in shares if s is not None) if any(s is not None for s in shares) else None
         rcvbuf1 = udp_rcvbuf_errors()
@@ -614,6 +634,7 @@ class Rig:
             "share_le_25ms": sum(1 for v in lat if v <= LAT25_MS) / n if n else 0.0,
             "share_le_50ms": sum(1 for v in lat if v <= LAT50_MS) / n if n else 0.0,
             "cpu_us_per_call": cpu,
+            "cpu_system_us_per_call": cpu_system,
             "calls_in_cpu_window": in_window,
             "tandem_rss_kib": rss,
             "tandem_alive": self.tandem.poll() is None,

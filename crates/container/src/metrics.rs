@@ -28,7 +28,9 @@ const METHODS: [&str; 15] = [
     "other",
 ];
 const CLASSES: [&str; 7] = ["request", "1xx", "2xx", "3xx", "4xx", "5xx", "6xx"];
-const TRANSPORTS: [&str; 6] = ["udp", "tcp", "tls", "ws", "wss", "inproc"];
+/// The transports with a label of their own (`Transport::as_lowercase_str`); SCTP and unknown
+/// ones are counted under "tcp" (`Metrics::slot`).
+const TRANSPORTS: [Transport; 6] = [Transport::Udp, Transport::Tcp, Transport::Tls, Transport::Ws, Transport::Wss, Transport::InProc];
 const SLOTS: usize = METHODS.len() * CLASSES.len() * TRANSPORTS.len();
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -155,7 +157,7 @@ impl Metrics {
         let mut v = Vec::with_capacity(SLOTS);
         for method in METHODS {
             for status_class in CLASSES {
-                for transport in TRANSPORTS {
+                for transport in TRANSPORTS.map(Transport::as_lowercase_str) {
                     v.push(family.get_or_create(&MessageLabels { method, status_class, transport }).clone());
                 }
             }
@@ -167,14 +169,7 @@ impl Metrics {
         let label = method.map_or("other", Method::metric_label);
         let m = METHODS.iter().position(|x| *x == label).unwrap_or(METHODS.len() - 1);
         let c = status.map_or(0, |s| usize::from(s / 100).clamp(1, 6));
-        let t = match transport {
-            Transport::Udp => 0,
-            Transport::Tls => 2,
-            Transport::Ws => 3,
-            Transport::Wss => 4,
-            Transport::InProc => 5,
-            _ => 1,
-        };
+        let t = TRANSPORTS.iter().position(|x| *x == transport).unwrap_or(1);
         (m * CLASSES.len() + c) * TRANSPORTS.len() + t
     }
 
@@ -241,5 +236,22 @@ mod tests {
         assert!(text.contains(r#"tandem_messages_out_total{method="OPTIONS",status_class="2xx",transport="tcp"} 1"#));
         assert!(text.contains(r#"tandem_parse_errors_total{kind="unparseable"} 1"#));
         assert!(text.contains("tandem_sip_sessions 3"));
+    }
+
+    #[test]
+    fn every_transport_counts_under_its_own_label() {
+        let m = Metrics::new(1);
+        let all = [Transport::Udp, Transport::Tcp, Transport::Tls, Transport::Ws, Transport::Wss, Transport::InProc];
+        for (n, transport) in all.into_iter().enumerate() {
+            for _ in 0..=n {
+                m.message_in(Some(&Method::Invite), None, transport);
+            }
+        }
+        m.message_in(Some(&Method::Invite), None, Transport::Sctp);
+        let text = m.render(0, 0, 0);
+        for (label, count) in [("udp", 1), ("tcp", 3), ("tls", 3), ("ws", 4), ("wss", 5), ("inproc", 6)] {
+            let line = format!(r#"tandem_messages_in_total{{method="INVITE",status_class="request",transport="{label}"}} {count}"#);
+            assert!(text.contains(&line), "{line} in {text}");
+        }
     }
 }
