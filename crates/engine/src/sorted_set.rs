@@ -32,11 +32,7 @@ impl<T: Ord + Copy> SortedSet<T> {
             }
             at -= 1;
         }
-        if at == self.0.len() {
-            self.0.push(value);
-        } else {
-            self.0.insert(at, value);
-        }
+        self.0.insert(at, value);
         true
     }
 
@@ -144,5 +140,16 @@ mod tests {
         assert!(s.remove(&5));
         assert_eq!(s.difference(&[3].into()).copied().collect::<Vec<_>>(), vec![2]);
         assert_eq!((s.first(), s.last(), s.len()), (Some(&2), Some(&3), 2));
+    }
+
+    #[test]
+    fn matches_a_btree_set_past_the_inline_capacity() {
+        let mut s = SortedSet::new();
+        let mut model = std::collections::BTreeSet::new();
+        // Appends at the end, inserts in front and in the middle, repeats.
+        for v in [4u32, 9, 12, 1, 7, 12, 20, 0, 9, 15, 3] {
+            assert_eq!(s.insert(v), model.insert(v), "insert {v}");
+            assert_eq!(s.iter().copied().collect::<Vec<_>>(), model.iter().copied().collect::<Vec<_>>());
+        }
     }
 }
