@@ -200,6 +200,23 @@ impl HeaderWalk {
     }
 }
 
+/// The value of a non-empty string of ASCII digits, saturated at `u64::MAX`; `None` for an
+/// empty string or any other byte. For digits only, `from_str` of any unsigned type reads the
+/// same value when it fits (and fails when it does not, which the callers' bounds reject).
+fn digits_value(s: &str) -> Option<u64> {
+    if s.is_empty() {
+        return None;
+    }
+    let mut n = 0u64;
+    for b in s.bytes() {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        n = n.saturating_mul(10).saturating_add(u64::from(b - b'0'));
+    }
+    Some(n)
+}
+
 /// `s` up to its first space, and what follows that space (`None` without a space).
 fn split_space(s: &str) -> (&str, Option<&str>) {
     match lex::find_byte(s, b' ') {
@@ -252,8 +269,10 @@ impl<'a> Parser<'a> {
         if version != "2.0" {
             self.fail(505, "unsupported SIP version");
         }
-        let status = match code.parse::<u16>() {
-            Ok(c) if code.len() == 3 && (100..=699).contains(&c) => c,
+        // Three digits (`u16::from_str` also took a leading `+`, but then only two digits are
+        // left, below 100), read without the generic integer parser.
+        let status = match digits_value(code) {
+            Some(c) if code.len() == 3 && (100..=699).contains(&c) => c as u16,
             _ => {
                 self.fail(BAD, "malformed status code");
                 0
@@ -292,34 +311,32 @@ impl<'a> Parser<'a> {
         Ok(StartLine::Request { method, uri: uri_span })
     }
 
-    fn text(&self, span: Span) -> &'a str {
-        &self.head[span.range()]
-    }
-
     fn core_headers(&mut self, msg: &mut Message) {
         for index in 0..msg.headers.len() {
             let header = msg.headers[index];
-            let value = self.text(header.value);
+            // Sliced only for the headers read here (a `str` slice checks both ends).
+            let head = self.head;
+            let value = || &head[header.value.range()];
             let duplicate = |slot: bool| slot && header.name.is_single_valued();
             match header.name {
                 HeaderName::Via => {
                     msg.via_headers += 1;
                     if msg.top_via.is_none() {
-                        msg.top_via = self.top_via(index, value);
+                        msg.top_via = self.top_via(index, value());
                     }
                 }
                 HeaderName::From if duplicate(msg.from.is_some()) => self.fail(BAD, "more than one From"),
-                HeaderName::From => msg.from = self.addr(value, "malformed From"),
+                HeaderName::From => msg.from = self.addr(value(), "malformed From"),
                 HeaderName::To if duplicate(msg.to.is_some()) => self.fail(BAD, "more than one To"),
-                HeaderName::To => msg.to = self.addr(value, "malformed To"),
+                HeaderName::To => msg.to = self.addr(value(), "malformed To"),
                 HeaderName::CallId if duplicate(msg.call_id.is_some()) => self.fail(BAD, "more than one Call-ID"),
-                HeaderName::CallId => msg.call_id = self.call_id(value),
+                HeaderName::CallId => msg.call_id = self.call_id(value()),
                 HeaderName::CSeq if duplicate(msg.cseq.is_some()) => self.fail(BAD, "more than one CSeq"),
-                HeaderName::CSeq => msg.cseq = self.cseq(value),
+                HeaderName::CSeq => msg.cseq = self.cseq(value()),
                 HeaderName::MaxForwards if duplicate(msg.max_forwards.is_some()) => self.fail(BAD, "more than one Max-Forwards"),
-                HeaderName::MaxForwards => msg.max_forwards = self.number(value, 255, "malformed Max-Forwards"),
+                HeaderName::MaxForwards => msg.max_forwards = self.number(value(), 255, "malformed Max-Forwards"),
                 HeaderName::ContentLength if duplicate(msg.content_length.is_some()) => self.fail(BAD, "more than one Content-Length"),
-                HeaderName::ContentLength => msg.content_length = self.number(value, u32::MAX, "malformed Content-Length"),
+                HeaderName::ContentLength => msg.content_length = self.number(value(), u32::MAX, "malformed Content-Length"),
                 _ => {}
             }
         }
@@ -363,7 +380,9 @@ impl<'a> Parser<'a> {
     fn cseq(&mut self, value: &'a str) -> Option<CSeq> {
         let digits_end = value.bytes().take_while(u8::is_ascii_digit).count();
         let method_text = trim_lws(&value[digits_end..]);
-        let seq = value[..digits_end].parse::<u32>().ok().filter(|s| *s < (1 << 31));
+        // `u32::from_str` on the digits, then below 2^31: the same as their value, saturated,
+        // below 2^31 (no sign: the slice is digits only).
+        let seq = digits_value(&value[..digits_end]).filter(|s| *s < (1 << 31)).map(|s| s as u32);
         match seq {
             Some(seq) if digits_end > 0 && lex::is_token(method_text) && method_text.len() < value.len() - digits_end => {
                 Some(CSeq { seq, method: Method::from_bytes(method_text.as_bytes(), self.buf) })
@@ -376,10 +395,8 @@ impl<'a> Parser<'a> {
     }
 
     fn number(&mut self, value: &str, max: u32, reason: &'static str) -> Option<u32> {
-        let parsed = (!value.is_empty() && value.len() <= 10 && value.bytes().all(|b| b.is_ascii_digit()))
-            .then(|| value.parse::<u64>().ok())
-            .flatten()
-            .filter(|n| *n <= u64::from(max));
+        // At most ten digits: their value fits in a u64, as `u64::from_str` read it.
+        let parsed = (value.len() <= 10).then(|| digits_value(value)).flatten().filter(|n| *n <= u64::from(max));
         if parsed.is_none() {
             self.fail(BAD, reason);
         }
@@ -424,6 +441,61 @@ impl<'a> Parser<'a> {
             if *method != cseq.method {
                 self.fail(BAD, "CSeq method does not match the request method");
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::digits_value;
+
+    /// `digits_value` against the `from_str` readings it replaced (status code, CSeq number,
+    /// Max-Forwards / Content-Length), on short strings over digits, signs and other bytes.
+    #[test]
+    fn digits_value_matches_from_str() {
+        const BYTES: &[u8] = b"0159+- a\xc3";
+        let mut inputs = vec![
+            String::new(),
+            "4294967295".into(),
+            "4294967296".into(),
+            "2147483647".into(),
+            "2147483648".into(),
+            "00000000000000000000001".into(),
+            "18446744073709551615".into(),
+            "18446744073709551616".into(),
+            "99999999999999999999999".into(),
+        ];
+        for len in 1..=4 {
+            let mut idx = vec![0usize; len];
+            loop {
+                inputs.push(String::from_utf8_lossy(&idx.iter().map(|i| BYTES[*i]).collect::<Vec<u8>>()).into_owned());
+                let mut k = 0;
+                while k < len {
+                    idx[k] += 1;
+                    if idx[k] < BYTES.len() {
+                        break;
+                    }
+                    idx[k] = 0;
+                    k += 1;
+                }
+                if k == len {
+                    break;
+                }
+            }
+        }
+        for s in &inputs {
+            let status_old = s.parse::<u16>().ok().filter(|c| s.len() == 3 && (100..=699).contains(c));
+            let status_new = digits_value(s).filter(|c| s.len() == 3 && (100..=699).contains(c)).map(|c| c as u16);
+            assert_eq!(status_new, status_old, "{s:?}");
+            if s.bytes().all(|b| b.is_ascii_digit()) {
+                let seq_old = s.parse::<u32>().ok().filter(|v| *v < (1 << 31));
+                let seq_new = digits_value(s).filter(|v| *v < (1 << 31)).map(|v| v as u32);
+                assert_eq!(seq_new, seq_old, "{s:?}");
+            }
+            let num_old =
+                (!s.is_empty() && s.len() <= 10 && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse::<u64>().ok()).flatten();
+            let num_new = (s.len() <= 10).then(|| digits_value(s)).flatten();
+            assert_eq!(num_new, num_old, "{s:?}");
         }
     }
 }
