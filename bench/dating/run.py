@@ -1203,8 +1203,10 @@ def main():
                          "warm-up calls before it are always excluded)")
     ap.add_argument("--drain", type=float, default=40.0, help="s allowed for sessions to drain")
     ap.add_argument("--answer-delay", default="5ms", help="media.answer_delay (5ms)")
-    ap.add_argument("--no-capture", dest="capture", action="store_false",
-                    help="no tcpdump of the caller leg (sub-millisecond setup delays)")
+    ap.add_argument("--capture", action="store_true",
+                    help="tcpdump the caller leg for sub-millisecond setup delays (its packet "
+                         "filter runs in the sender's context: under --dating-cpu it is charged "
+                         "to the capped tandem, which then saturates earlier)")
     ap.add_argument("--dating-cpu", type=float, default=0.0,
                     help="cap the dating tandem at this many cores (cgroup CFS quota; 0: no cap). "
                          "On a machine where SIPp saturates first, a cap makes the server the "
