@@ -11,9 +11,9 @@ pub struct ContainerConfig {
     pub executors: usize,
     /// Messages waiting per executor; beyond it, requests are refused with 503.
     pub queue_capacity: usize,
-    /// Where executors read UDP themselves (`transport.udp_readers` = 0): an initial request
-    /// that waited longer than this in the socket's buffer is refused with 503 (new work is
-    /// shed first; in-dialog requests and responses, which finish calls, are still handled).
+    /// Where executors read UDP themselves (`transport.udp_readers` = 0): a new call (an INVITE
+    /// outside a dialog) that waited longer than this in the socket's buffer is refused with
+    /// 503; everything else, which may finish work in progress, is still handled.
     #[serde(with = "humantime_serde")]
     pub overload_delay: Duration,
     /// An application session with no activity for this long is invalidated.

@@ -68,10 +68,12 @@ impl Dispatcher {
     }
 }
 
-/// New work: a request outside any dialog or transaction (not ACK, not CANCEL, no To tag),
-/// the kind an overloaded executor sheds first.
-fn is_initial_request(msg: &Message) -> bool {
-    msg.is_request() && !matches!(msg.method(), Some(Method::Ack | Method::Cancel)) && msg.to_tag().is_none()
+/// A new call: an INVITE outside any dialog, what an overloaded executor sheds (RFC 6357: refuse
+/// new sessions, finish the ones in progress). Other out-of-dialog requests are not shed: a
+/// service may tie them to work in progress (the dating service's media MESSAGEs name the
+/// executions they continue), and refusing one could strand that work.
+fn is_new_call(msg: &Message) -> bool {
+    msg.method() == Some(&Method::Invite) && msg.to_tag().is_none()
 }
 
 impl Sink for Dispatcher {
@@ -323,7 +325,7 @@ async fn run_executor(
                 for _ in 0..BATCH {
                     match receiver.try_recv(late.is_some()) {
                         Received::Message(msg, flow, arrived) => {
-                            if late.is_some_and(|late| arrived.is_some_and(|a| a < late)) && is_initial_request(&msg) {
+                            if late.is_some_and(|late| arrived.is_some_and(|a| a < late)) && is_new_call(&msg) {
                                 links.dispatcher.refuse(&msg, flow);
                             } else if executor_for(msg.call_id(), core.executors()) == core.executor() {
                                 core.on_message(now, msg, flow);
