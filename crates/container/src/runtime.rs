@@ -91,6 +91,7 @@ impl Sink for Dispatcher {
         // Overload: refuse at once rather than queue without bound (RFC 3261 §21.5.4).
         self.refuse(&msg, flow);
     }
+
     fn on_parse_error(&self, error: ParseError, flow: Flow) {
         tracing::debug!(%error, remote = %flow.remote, "unparseable input");
         self.metrics.parse_error(false);
