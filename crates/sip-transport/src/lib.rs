@@ -257,7 +257,7 @@ impl Transports {
         for spec in specs {
             match spec.protocol {
                 Protocol::Udp => {
-                    let (socket, sender) = udp::bind(spec.addr, config.udp_socket_buffer_bytes)?;
+                    let (socket, sender) = udp::bind(spec.addr, config.udp_socket_buffer_bytes, config.udp_readers == 0)?;
                     let local = socket.local_addr()?;
                     listeners.push(Listener { protocol: Protocol::Udp, local, udp: Some(Arc::new(socket)), udp_sender: Some(sender) });
                 }

@@ -13,15 +13,17 @@ use tokio::net::UdpSocket;
 /// the reactor has reported the socket writable once — a fresh listener silently dropped its
 /// first datagrams (found by the transport benchmark); the plain handle only fails when the
 /// kernel's send buffer is really full.
-pub(crate) fn bind(addr: SocketAddr, buffer_bytes: usize) -> std::io::Result<(UdpSocket, std::net::UdpSocket)> {
+pub(crate) fn bind(addr: SocketAddr, buffer_bytes: usize, arrival_times: bool) -> std::io::Result<(UdpSocket, std::net::UdpSocket)> {
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(SockProtocol::UDP))?;
     // Best effort: the kernel caps these at net.core.{r,w}mem_max.
     let _ = socket.set_recv_buffer_size(buffer_bytes);
     let _ = socket.set_send_buffer_size(buffer_bytes);
     socket.set_nonblocking(true)?;
-    // Arrival times for receivers read by their owner, which refuses new work when datagrams
-    // waited too long (`UdpReceiver::try_recv`); best effort.
-    let _ = nix::sys::socket::setsockopt(&socket, nix::sys::socket::sockopt::ReceiveTimestampns, &true);
+    if arrival_times {
+        // For receivers read by their owner, which refuses new calls that waited too long
+        // (`UdpReceiver::try_recv`); best effort. Reader tasks do not use them.
+        let _ = nix::sys::socket::setsockopt(&socket, nix::sys::socket::sockopt::ReceiveTimestampns, &true);
+    }
     socket.bind(&addr.into())?;
     let sender: std::net::UdpSocket = socket.try_clone()?.into();
     Ok((UdpSocket::from_std(socket.into())?, sender))
