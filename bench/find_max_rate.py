@@ -97,25 +97,27 @@ def free_port():
     raise RuntimeError("no free port")
 
 
-def cpu_seconds(pid):
-    """utime+stime of a process (all threads), in seconds; None if gone."""
+def proc_times(pid):
+    """(utime, stime) of a process (all threads), in seconds; None if gone."""
     try:
         with open("/proc/%d/stat" % pid) as f:
             s = f.read()
     except OSError:
         return None
     fields = s[s.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
+
+
+def cpu_seconds(pid):
+    """utime+stime of a process (all threads), in seconds; None if gone."""
+    t = proc_times(pid)
+    return None if t is None else t[0] + t[1]
 
 
 def system_seconds(pid):
     """stime of a process (all threads): its time in the kernel, in seconds; None if gone."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            s = f.read()
-    except OSError:
-        return None
-    return int(s[s.rindex(")") + 2:].split()[12]) / CLK_TCK
+    t = proc_times(pid)
+    return None if t is None else t[1]
 
 
 def session_system_seconds(sid):

@@ -648,6 +648,17 @@ async fn tls_and_wss_direct_writes_keep_order_under_backpressure_and_bound_the_q
     t.shutdown();
 }
 
+/// The next datagram waiting on `receiver`, waiting up to a second for one to arrive.
+async fn next_datagram(receiver: &mut UdpReceiver, timestamped: bool) -> Received {
+    for _ in 0..100 {
+        match receiver.try_recv(timestamped) {
+            Received::Empty => tokio::time::sleep(Duration::from_millis(10)).await,
+            other => return other,
+        }
+    }
+    Received::Empty
+}
+
 /// With `udp_readers` = 0 no task reads UDP: the owner reads through the receivers, which
 /// report parse errors to the sink as the reader tasks do.
 #[tokio::test]
@@ -669,23 +680,9 @@ async fn udp_read_by_the_owner() {
     assert_eq!((msg.call_id(), flow.remote, flow.listener), ("c1", client.local_addr().unwrap(), 0));
     let arrived = arrived.expect("an arrival time when asked for");
     assert!(arrived >= before - Duration::from_millis(1) && arrived <= std::time::SystemTime::now(), "{arrived:?}");
-    let mut next = receiver.try_recv(false);
-    for _ in 0..100 {
-        if !matches!(next, Received::Empty) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        next = receiver.try_recv(false);
-    }
+    let next = next_datagram(receiver, false).await;
     assert!(matches!(next, Received::Message(_, _, None)), "no arrival time unless asked for");
-    let mut other = receiver.try_recv(true);
-    for _ in 0..100 {
-        if !matches!(other, Received::Empty) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        other = receiver.try_recv(true);
-    }
+    let other = next_datagram(receiver, true).await;
     assert!(matches!(other, Received::Other));
     assert_eq!(sink.errors.lock().len(), 1, "the garbage was reported to the sink");
     assert!(sink.messages.lock().is_empty(), "messages are the owner's, not the sink's");
