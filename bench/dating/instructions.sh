@@ -7,6 +7,7 @@
 # Each service runs under valgrind --tool=callgrind (2 executors) behind a media tandem, and
 # SIPp plays Complete, Early Bye and Complete calls at 20 calls/s, N calls each, for N = 100 and
 # N = 300; the slope between the two runs (instructions / messages) removes start-up costs.
+# KEEP=1 keeps the callgrind outputs (cg-SERVICE-N.out) for callgrind_annotate.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-target/release/tandem}
@@ -16,7 +17,7 @@ command -v sipp >/dev/null || { echo "sipp missing (apt-get install sip-tester)"
 [ -x "$BIN" ] || { echo "$BIN missing (cargo build --release -p tandem)"; exit 2; }
 port() { python3 -c 'import socket;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 work=$(mktemp -d /tmp/tandem-instructions.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+trap '[ -n "${KEEP:-}" ] && echo "callgrind outputs kept in $work" >&2 || rm -rf "$work"' EXIT
 
 # prints "messages instructions"
 measure() {
@@ -25,7 +26,7 @@ measure() {
     "$BIN" run --listen udp:127.0.0.1:$mp --admin 127.0.0.1:$ma --service media \
         --set media.preference_delay=300ms --set media.answer_delay=0s >"$work/media.log" 2>&1 &
     media=$!
-    valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" "$BIN" run --listen udp:127.0.0.1:$dp \
+    valgrind --tool=callgrind --callgrind-out-file="$work/cg-$svc-$calls.out" "$BIN" run --listen udp:127.0.0.1:$dp \
         --admin 127.0.0.1:$da --service "$svc" --set dating.media=127.0.0.1:$mp \
         --set container.executors=2 >"$work/dating.log" 2>&1 &
     dating=$!
@@ -39,7 +40,7 @@ measure() {
     msgs=$(curl -s 127.0.0.1:$da/metrics | awk '/^tandem_messages_in_total/ {s+=$2} END {print s}')
     kill -INT $dating; wait $dating 2>/dev/null || true
     kill $media; wait $media 2>/dev/null || true
-    echo "$msgs $(callgrind_annotate "$work/cg.out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",","",$1); print $1}')"
+    echo "$msgs $(callgrind_annotate "$work/cg-$svc-$calls.out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",","",$1); print $1}')"
 }
 
 services=("$@")
