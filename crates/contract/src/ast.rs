@@ -128,6 +128,10 @@ pub enum NavRoot {
     MsgMethod,
     /// `msg.status`: the response status code (0 for requests and timers).
     MsgStatus,
+    /// `msg.cseq`: the method in the message's CSeq (for a response: the method of the request
+    /// it answers, e.g. `INVITE` or `BYE`); empty when there is no message (a timer, or a
+    /// response the container made up for a timeout or transport failure).
+    MsgCseq,
     /// `msg.payl`: the message body as text.
     MsgPayload,
     /// `msg.timer`: the name of the timer that fired (empty otherwise).
@@ -271,6 +275,7 @@ impl Nav {
         match &self.root {
             NavRoot::MsgMethod => "msg.method",
             NavRoot::MsgStatus => "msg.status",
+            NavRoot::MsgCseq => "msg.cseq",
             NavRoot::MsgPayload => "msg.payl",
             NavRoot::MsgTimer => "msg.timer",
             NavRoot::MsgSips => "msg.sips",

@@ -611,7 +611,7 @@ impl<'m> Checker<'m> {
 
     fn nav_ty(&mut self, n: &Nav, scope: &Scope) -> Ty {
         let mut ty = match &n.root {
-            NavRoot::MsgMethod => Ty::Method,
+            NavRoot::MsgMethod | NavRoot::MsgCseq => Ty::Method,
             NavRoot::MsgStatus => Ty::Int,
             NavRoot::MsgPayload | NavRoot::MsgTimer => Ty::Str,
             NavRoot::MsgSips => Ty::Session(None),

@@ -45,7 +45,7 @@ pub(crate) const KEYWORDS: &[&str] = &[
     "msg",
 ];
 
-const MSG_FIELDS: &[&str] = &["method", "status", "payl", "timer", "sips", "apps"];
+const MSG_FIELDS: &[&str] = &["method", "status", "cseq", "payl", "timer", "sips", "apps"];
 const TYPE_NAMES: &[&str] = &["string", "int", "bool", "bytes"];
 
 /// Parses a contract. On failure, returns the diagnostics (all errors): one for a syntax error,
@@ -788,6 +788,7 @@ impl<'a> Builder<'a> {
                 match f.as_str() {
                     "method" => NavRoot::MsgMethod,
                     "status" => NavRoot::MsgStatus,
+                    "cseq" => NavRoot::MsgCseq,
                     "payl" => NavRoot::MsgPayload,
                     "timer" => NavRoot::MsgTimer,
                     "sips" => NavRoot::MsgSips,

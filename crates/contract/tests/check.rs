@@ -168,6 +168,8 @@ fn type_errors() {
         "a handle must designate a session; `msg.payl` is a string",
     );
     assert_warning(&guard("msg.method == Info"), "`Info` does not look like a SIP method");
+    assert_warning(&guard("msg.cseq == Bye"), "`Bye` does not look like a SIP method");
+    assert_error(&guard("msg.cseq == 3"), "cannot compare");
     // Well-typed counterparts.
     assert_no_errors(&guard(
         "msg.sips.state == Busy && s != null && s.role == Caller && s.state == msg.sips.state && msg.status >= 200 && msg.status < 300 \
@@ -249,6 +251,10 @@ fn nondeterminism() {
     assert_no_errors(&with("msg.method == OK", "msg.method == ERROR || msg.method == PROVISIONAL"));
     assert_no_errors(&with("msg.method == OK && msg.status == 202", "msg.status == 486"));
     assert_no_errors(&with("msg.method == TIMER && msg.timer == \"a\"", "msg.method == TIMER && msg.timer == \"b\""));
+    // `msg.cseq` names a method: the answers to an INVITE and to a BYE are told apart.
+    assert_no_errors(&with("msg.method == OK && msg.cseq == INVITE", "msg.method == OK && msg.cseq != INVITE"));
+    assert_no_errors(&with("msg.method == OK && msg.cseq == INVITE", "msg.method == OK && msg.cseq == BYE"));
+    assert_error(&with("msg.method == OK", "msg.method == OK && msg.cseq == BYE"), "nondeterministic");
     // Transitions with no common source state never conflict.
     assert_no_errors(&base_plus(
         "transition Z: Busy -> same when msg.method == INFO handles msg.sips\ntransition Y: Talking -> same when msg.method == INFO handles msg.sips",

@@ -699,6 +699,7 @@ impl<H: Handler> Env for EvalEnv<'_, '_, H> {
         match root {
             NavRoot::MsgMethod => Value::Str(SmolStr::new(e.method())),
             NavRoot::MsgStatus => Value::Int(i64::from(e.status())),
+            NavRoot::MsgCseq => Value::Str(SmolStr::new(e.cseq_method())),
             NavRoot::MsgPayload => Value::Str(SmolStr::new(e.payload())),
             NavRoot::MsgTimer => Value::Str(SmolStr::new(e.timer())),
             NavRoot::MsgSips => match e.session {

@@ -81,6 +81,16 @@ impl<'m> Event<'m> {
         }
     }
 
+    /// `msg.cseq`: the method in the message's CSeq (a response's: the request it answers);
+    /// empty without a message (timers, timeouts, transport failures).
+    pub fn cseq_method(&self) -> &str {
+        match self.message().and_then(Message::cseq).map(|c| &c.method) {
+            None => "",
+            Some(m @ tandem_sip::Method::Extension(_)) => m.as_str(),
+            Some(m) => m.metric_label(),
+        }
+    }
+
     pub fn status(&self) -> u16 {
         match &self.trigger {
             Trigger::Response { status, .. } => *status,

@@ -200,8 +200,9 @@ impl T {
     }
 }
 
-/// The transition a message on the caller session takes in `state` (`None`: absorbed).
-pub fn caller_transition(kind: Kind, state: State) -> Option<T> {
+/// The transition a message on the caller session takes in `state` (`None`: absorbed);
+/// `answers_invite`: a response whose CSeq names INVITE (the contract's `msg.cseq == INVITE`).
+pub fn caller_transition(kind: Kind, state: State, answers_invite: bool) -> Option<T> {
     use State::*;
     Some(match (state, kind) {
         (InvitingMS, Kind::Cancel) => T::T3,
@@ -214,7 +215,7 @@ pub fn caller_transition(kind: Kind, state: State) -> Option<T> {
         (Pairing, Kind::Bye) => T::T14,
         (Pairing, Kind::Error) => T::T19,
         (TalkingWithPeer, Kind::Bye) => T::T11,
-        (Terminating, Kind::Ok | Kind::Error) => T::T12,
+        (Terminating, Kind::Ok | Kind::Error) if !answers_invite => T::T12,
         (Terminating, Kind::Bye) => T::T13,
         _ => return None,
     })
@@ -325,6 +326,8 @@ struct Msg<'r, 'm> {
     req: Option<&'r Request<'m>>,
     msg: Option<&'r Message>,
     status: u16,
+    /// A response to an INVITE (its CSeq says so).
+    answers_invite: bool,
 }
 
 impl Msg<'_, '_> {
@@ -448,7 +451,7 @@ impl DatingManual {
         G: std::ops::DerefMut<Target = SipSession>,
     {
         let Some(state) = State::of(&g) else { return self.absorb_locked(ctx, m, g) };
-        let Some(t) = caller_transition(m.kind, state) else { return self.absorb_locked(ctx, m, g) };
+        let Some(t) = caller_transition(m.kind, state, m.answers_invite) else { return self.absorb_locked(ctx, m, g) };
         if !t.moves_peer() {
             let mut fx = Effects::new();
             self.caller_arm(ctx, t, state, &mut g, None, &mut fx);
@@ -495,7 +498,7 @@ impl DatingManual {
             drop(pg);
             return self.absorb_locked(ctx, m, g);
         };
-        let Some(t) = caller_transition(m.kind, state) else {
+        let Some(t) = caller_transition(m.kind, state, m.answers_invite) else {
             drop(pg);
             return self.absorb_locked(ctx, m, g);
         };
@@ -712,7 +715,14 @@ impl Service for DatingManual {
     }
 
     fn on_request(&self, ctx: &mut Context<'_>, req: &Request<'_>) {
-        let m = Msg { kind: Kind::of_request(req.msg.method()), session: req.session, req: Some(req), msg: Some(req.msg), status: 0 };
+        let m = Msg {
+            kind: Kind::of_request(req.msg.method()),
+            session: req.session,
+            req: Some(req),
+            msg: Some(req.msg),
+            status: 0,
+            answers_invite: false,
+        };
         self.handle(ctx, &m);
     }
 
@@ -722,7 +732,8 @@ impl Service for DatingManual {
             _ => None,
         };
         let status = response.status();
-        let m = Msg { kind: Kind::of_status(status), session: Some(session), req: None, msg, status };
+        let answers_invite = msg.and_then(Message::cseq).is_some_and(|c| c.method == Method::Invite);
+        let m = Msg { kind: Kind::of_status(status), session: Some(session), req: None, msg, status, answers_invite };
         self.handle(ctx, &m);
     }
 
@@ -732,7 +743,7 @@ impl Service for DatingManual {
     }
 
     fn on_cancelled(&self, ctx: &mut Context<'_>, session: SessionId) {
-        let m = Msg { kind: Kind::Cancel, session: Some(session), req: None, msg: None, status: 0 };
+        let m = Msg { kind: Kind::Cancel, session: Some(session), req: None, msg: None, status: 0, answers_invite: false };
         self.handle(ctx, &m);
     }
 
@@ -789,8 +800,10 @@ mod tests {
         let mut out = Vec::new();
         for &s in &STATES {
             for &k in &KINDS {
-                if let Some(t) = caller_transition(k, s) {
-                    out.push((CALLER, k, s, t, t.target(s)));
+                for answers_invite in [false, true] {
+                    if let Some(t) = caller_transition(k, s, answers_invite) {
+                        out.push((CALLER, k, s, t, t.target(s)));
+                    }
                 }
                 for peer in [false, true] {
                     if let Some(t) = msr_transition(k, s, peer) {
@@ -853,21 +866,27 @@ mod tests {
     #[test]
     fn one_transition_per_message_and_the_papers_choices() {
         // The tables are functions, so no message enables two transitions; spot-check them.
-        assert_eq!(caller_transition(Kind::Cancel, State::InvitingMS), Some(T::T3));
-        assert_eq!(caller_transition(Kind::Bye, State::TalkingWithPeer), Some(T::T11));
-        assert_eq!(caller_transition(Kind::Bye, State::Terminating), Some(T::T13));
-        assert_eq!(caller_transition(Kind::Error, State::Pairing), Some(T::T19));
-        assert_eq!(caller_transition(Kind::Other, State::Pairing), None);
-        assert_eq!(caller_transition(Kind::Message, State::TalkingWithMS), None);
+        assert_eq!(caller_transition(Kind::Cancel, State::InvitingMS, false), Some(T::T3));
+        assert_eq!(caller_transition(Kind::Bye, State::TalkingWithPeer, false), Some(T::T11));
+        assert_eq!(caller_transition(Kind::Bye, State::Terminating, false), Some(T::T13));
+        assert_eq!(caller_transition(Kind::Error, State::Pairing, false), Some(T::T19));
+        assert_eq!(caller_transition(Kind::Other, State::Pairing, false), None);
+        assert_eq!(caller_transition(Kind::Message, State::TalkingWithMS, false), None);
+        // Terminating ends on the BYE's answer (or its failure), not on an answer to T7's INVITE.
+        assert_eq!(caller_transition(Kind::Ok, State::Terminating, false), Some(T::T12));
+        assert_eq!(caller_transition(Kind::Error, State::Terminating, false), Some(T::T12));
+        assert_eq!(caller_transition(Kind::Ok, State::Terminating, true), None);
+        assert_eq!(caller_transition(Kind::Error, State::Terminating, true), None);
+        assert_eq!(caller_transition(Kind::Ok, State::Pairing, true), Some(T::T8));
         assert_eq!(msr_transition(Kind::Message, State::TalkingWithMS, true), Some(T::T7));
         assert_eq!(msr_transition(Kind::Message, State::TalkingWithMS, false), Some(T::T6));
         assert_eq!(msr_transition(Kind::Message, State::Terminating, true), Some(T::T9));
         assert_eq!(msr_transition(Kind::Ok, State::TalkingWithMS, false), None);
         assert_eq!(msr_transition(Kind::Error, State::InvitingMS, false), Some(T::T10));
         for &k in &KINDS {
-            assert_eq!(caller_transition(k, State::Done), None);
+            assert_eq!(caller_transition(k, State::Done, false), None);
             assert_eq!(msr_transition(k, State::Done, true), None);
-            assert_eq!(caller_transition(k, State::Idle), None);
+            assert_eq!(caller_transition(k, State::Idle, false), None);
         }
     }
 
@@ -906,8 +925,8 @@ mod tests {
 #[cfg(test)]
 mod end_to_end {
     //! Two phones and a scripted media service over real UDP sockets against a container
-    //! running `dating_manual`: T1, T2, T4, T6, T7, T8, T9, T11, T12, and the attributes the
-    //! contract version keeps.
+    //! running `dating_manual` or the contract version `dating` (each test runs both): T1, T2,
+    //! T4, T6, T7, T8, T9, T11, T12, T19, and the attributes both keep.
     use super::*;
     use std::net::{SocketAddr, UdpSocket};
     use std::time::Duration;
@@ -915,6 +934,43 @@ mod end_to_end {
 
     const WAIT: Duration = Duration::from_secs(3);
     static BRANCHES: AtomicU64 = AtomicU64::new(1);
+
+    /// The version under test, and how to read its transition counts.
+    enum Version {
+        Manual(Arc<DatingManual>),
+        Contract(Arc<tandem_engine::MachineService<crate::dating::Dating>>),
+    }
+
+    impl Version {
+        fn new(contract: bool, config: &DatingConfig) -> Version {
+            if contract {
+                Version::Contract(crate::dating::dating_service(config, tandem_engine::Negotiator::SingleAssign).unwrap())
+            } else {
+                Version::Manual(dating_manual_service(config).unwrap())
+            }
+        }
+
+        fn service(&self) -> Arc<dyn Service> {
+            match self {
+                Version::Manual(s) => s.clone(),
+                Version::Contract(s) => s.clone(),
+            }
+        }
+
+        fn count(&self, t: T) -> u64 {
+            match self {
+                Version::Manual(s) => s.transition_count(t),
+                Version::Contract(s) => s.transition_count(t.name()),
+            }
+        }
+
+        fn lock_retries(&self) -> u64 {
+            match self {
+                Version::Manual(s) => s.lock_retries(),
+                Version::Contract(_) => 0,
+            }
+        }
+    }
 
     struct Ua {
         sock: UdpSocket,
@@ -1042,15 +1098,24 @@ mod end_to_end {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn two_callers_are_paired_talk_and_hang_up() {
+        paired_talk_and_hang_up(false).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_callers_are_paired_talk_and_hang_up_contract() {
+        paired_talk_and_hang_up(true).await;
+    }
+
+    async fn paired_talk_and_hang_up(contract: bool) {
         let media = Ua::new("media");
         let config = DatingConfig { media: media.me().to_string() };
-        let svc = dating_manual_service(&config).unwrap();
+        let svc = Version::new(contract, &config);
         let settings = ContainerSettings {
             container: ContainerConfig { executors: 2, seed: Some(11), ..Default::default() },
             routes: vec![RouteRule::catch_all(SERVICE)],
         };
         let listen = ["udp:127.0.0.1:0".parse::<tandem_transport::ListenSpec>().unwrap()];
-        let service: Arc<dyn Service> = svc.clone();
+        let service = svc.service();
         let container = Container::start(settings, vec![(SERVICE.into(), service)], &listen, Default::default()).await.unwrap();
         let srv = container.local_addrs()[0].1;
         let store = container.store().clone();
@@ -1102,6 +1167,13 @@ mod end_to_end {
             assert_eq!(a.next(false).status(), Some(200));
             let bye = b.next(false);
             assert_eq!(bye.method(), Some(&Method::Bye));
+            assert_eq!(caller_state(&store, &id_b).0.as_deref(), Some("Terminating"));
+            // A late retransmission of bob's OK to the re-INVITE is acknowledged, but it does
+            // not answer the BYE: bob's execution stays in Terminating (T12 needs the BYE's).
+            b.answer(srv, &reinvite_b, 200, "v=0 bob2");
+            assert_eq!(b.next(true).method(), Some(&Method::Ack));
+            std::thread::sleep(Duration::from_millis(100));
+            assert_eq!(caller_state(&store, &id_b).0.as_deref(), Some("Terminating"));
             b.answer(srv, &bye, 200, "");
             let _ = &mut call_b;
             let deadline = std::time::Instant::now() + WAIT;
@@ -1114,7 +1186,7 @@ mod end_to_end {
         assert_eq!(container.store().live_sessions(), 0);
         assert_eq!(container.store().live_app_sessions(), 0);
         for (t, n) in [(T::T1, 2), (T::T2, 2), (T::T4, 2), (T::T6, 1), (T::T7, 1), (T::T8, 2), (T::T9, 1), (T::T11, 1), (T::T12, 1)] {
-            assert_eq!(svc.transition_count(t), n, "{}", t.name());
+            assert_eq!(svc.count(t), n, "{}", t.name());
         }
         assert_eq!(svc.lock_retries(), 0);
         container.shutdown().await;
@@ -1124,14 +1196,23 @@ mod end_to_end {
     /// Terminating, both phones are hung up, and their answers end both executions (T12).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_rejected_reinvite_hangs_up_both_callers() {
+        rejected_reinvite_hangs_up_both(false).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rejected_reinvite_hangs_up_both_callers_contract() {
+        rejected_reinvite_hangs_up_both(true).await;
+    }
+
+    async fn rejected_reinvite_hangs_up_both(contract: bool) {
         let media = Ua::new("media");
-        let svc = dating_manual_service(&DatingConfig { media: media.me().to_string() }).unwrap();
+        let svc = Version::new(contract, &DatingConfig { media: media.me().to_string() });
         let settings = ContainerSettings {
             container: ContainerConfig { executors: 2, seed: Some(5), ..Default::default() },
             routes: vec![RouteRule::catch_all(SERVICE)],
         };
         let listen = ["udp:127.0.0.1:0".parse::<tandem_transport::ListenSpec>().unwrap()];
-        let service: Arc<dyn Service> = svc.clone();
+        let service = svc.service();
         let container = Container::start(settings, vec![(SERVICE.into(), service)], &listen, Default::default()).await.unwrap();
         let srv = container.local_addrs()[0].1;
         let store = container.store().clone();
@@ -1173,7 +1254,7 @@ mod end_to_end {
         assert_eq!(container.store().live_sessions(), 0);
         assert_eq!(container.store().live_app_sessions(), 0);
         for (t, n) in [(T::T7, 1), (T::T8, 1), (T::T19, 1), (T::T12, 2)] {
-            assert_eq!(svc.transition_count(t), n, "{}", t.name());
+            assert_eq!(svc.count(t), n, "{}", t.name());
         }
         container.shutdown().await;
     }
