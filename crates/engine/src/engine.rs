@@ -315,7 +315,11 @@ impl<H: Handler> MachineService<H> {
     /// the caller boxes the negotiation and queues it ([`Self::park`]). `None`: it ended.
     fn drive_with(&self, ctx: &mut Context<'_>, neg: &mut Negotiation<'_>, prediction: &mut Option<Prediction>) -> Option<Key> {
         loop {
-            while let Some(k) = neg.to_acquire.pop_first() {
+            // In order; the keys gone through leave `to_acquire` at once, after the loop.
+            let mut through = 0;
+            let mut busy = None;
+            for &k in neg.to_acquire.iter() {
+                through += 1;
                 if neg.held.contains(&k) {
                     continue;
                 }
@@ -325,6 +329,11 @@ impl<H: Handler> MachineService<H> {
                     neg.held.insert(k);
                     continue;
                 }
+                busy = Some(k);
+                break;
+            }
+            neg.to_acquire.remove_first(through);
+            if let Some(k) = busy {
                 // It will wait: later events of its session must wait behind it, and it
                 // carries its prediction.
                 self.open_queue(neg);
@@ -534,12 +543,17 @@ impl<H: Handler> MachineService<H> {
         created: Option<SessionId>,
         reads: &Reads,
     ) {
+        let p = self.compiled.program(transition);
+        // Most transitions end nothing: decided without comparing state names.
+        if !p.to_final && !p.moves_final {
+            return;
+        }
         let t = self.compiled.transition(transition);
-        let mut ended: Vec<SessionId> = Vec::new();
-        if self.compiled.finals.contains(&t.to.name) {
+        let mut ended: smallvec::SmallVec<[SessionId; 2]> = smallvec::SmallVec::new();
+        if p.to_final {
             ended.extend(neg.event.session.or(created));
         }
-        let targets = &self.compiled.program(transition).moves;
+        let targets = &p.moves;
         for (_, target) in t.moves.iter().zip(targets).filter(|(m, _)| self.compiled.finals.contains(&m.to.name)) {
             let mut reads = Reads::default();
             let mut env = self.env(ctx, neg, false, &mut reads);
@@ -598,9 +612,10 @@ fn select<H: Handler>(env: &mut EvalEnv<'_, '_, H>) -> Result<Outcome, Need> {
         _ => return Ok(Outcome::Absorb),
     };
     let mut enabled: smallvec::SmallVec<[(usize, Vars); 1]> = smallvec::SmallVec::new();
+    let method = env.neg.event.method();
     for &index in compiled.candidates(&state) {
         let p = compiled.program(index);
-        if !p.may_take(env.method()) {
+        if !p.may_take(method) {
             continue;
         }
         let mut vars = Vars::default();
@@ -624,13 +639,13 @@ fn select<H: Handler>(env: &mut EvalEnv<'_, '_, H>) -> Result<Outcome, Need> {
     // The state holders written by the transition are needed too.
     let mut holder = None;
     if let Value::Session(id) = sips {
-        traversed.insert(id);
+        traversed.insert(key(id));
         holder = state_holder(env, id)?;
         if let Some(h) = holder {
-            traversed.insert(h);
+            traversed.insert(key(h));
         }
     }
-    Ok(Outcome::Run(Chosen { transition: index, vars, needed: traversed.into_iter().map(key).collect(), holder }))
+    Ok(Outcome::Run(Chosen { transition: index, vars, needed: traversed, holder }))
 }
 
 fn state_holder<H: Handler>(env: &mut EvalEnv<'_, '_, H>, id: SessionId) -> Result<Option<SessionId>, Need> {
