@@ -509,14 +509,11 @@ impl<H: Handler> MachineService<H> {
         // look-up then.
         let holder = match (neg.event.session, evaluated) {
             (Some(s), Some(h)) if s == h => Some(h),
-            _ => sips.and_then(|s| self.holder(ctx, s)),
+            _ => sips.and_then(|s| self.holder(ctx, s, reads)),
         };
         if let Some(holder) = holder {
             if !stays {
-                match reads.cell(holder) {
-                    Some(cell) => set_state_on(&mut cell.lock(), &t.to.name),
-                    None => set_state(ctx, holder, &t.to.name),
-                }
+                set_state(ctx, reads, holder, &t.to.name);
             }
         }
         for (mv, target) in t.moves.iter().zip(&self.compiled.program(transition).moves) {
@@ -526,8 +523,8 @@ impl<H: Handler> MachineService<H> {
                 nav_value(target, &mut env, vars, None)
             };
             if let Ok(Value::Session(s)) = target {
-                if let Some(holder) = self.holder(ctx, s) {
-                    set_state(ctx, holder, &mv.to.name);
+                if let Some(holder) = self.holder(ctx, s, reads) {
+                    set_state(ctx, reads, holder, &mv.to.name);
                 }
             }
         }
@@ -573,8 +570,8 @@ impl<H: Handler> MachineService<H> {
     }
 
     /// The session carrying the execution state of `session`'s execution.
-    fn holder(&self, ctx: &mut Context<'_>, session: SessionId) -> Option<SessionId> {
-        ctx.with_session(session, |_, s| {
+    fn holder(&self, ctx: &mut Context<'_>, session: SessionId, reads: &Reads) -> Option<SessionId> {
+        with_session(ctx, reads, session, |s| {
             let info = self.compiled.role(s.attributes.get_str(ROLE)?)?;
             if info.holds_state {
                 return Some(session);
@@ -587,8 +584,18 @@ impl<H: Handler> MachineService<H> {
 pub(crate) const ROLE: &str = "@role";
 pub(crate) const STATE: &str = "@state";
 
-fn set_state(ctx: &mut Context<'_>, holder: SessionId, state: &str) {
-    ctx.with_session(holder, |_, s| set_state_on(s, state));
+/// Runs `f` on session `id`, through the cell evaluation kept if it reached the session (a
+/// session removed from the store since reads as missing, as a look-up would find it), else
+/// through a store look-up.
+fn with_session<R>(ctx: &mut Context<'_>, reads: &Reads, id: SessionId, f: impl FnOnce(&mut SipSession) -> R) -> Option<R> {
+    match reads.cell(id) {
+        Some(cell) => Some(cell.lock()).filter(|s| !s.is_removed()).map(|mut s| f(&mut s)),
+        None => ctx.with_session(id, |_, s| f(s)),
+    }
+}
+
+fn set_state(ctx: &mut Context<'_>, reads: &Reads, holder: SessionId, state: &str) {
+    with_session(ctx, reads, holder, |s| set_state_on(s, state));
 }
 
 fn set_state_on(s: &mut SipSession, state: &str) {
