@@ -102,6 +102,13 @@ struct Prediction {
     keys: SortedSet<Key>,
 }
 
+impl Prediction {
+    /// Nothing predicted yet.
+    fn empty() -> Prediction {
+        Prediction { outcome: Outcome::Absorb, reads: Reads::default(), keys: SortedSet::new() }
+    }
+}
+
 pub struct MachineService<H: Handler> {
     me: Weak<MachineService<H>>,
     name: String,
@@ -258,23 +265,25 @@ impl<H: Handler> MachineService<H> {
             prediction: None,
             owns_queue,
         };
+        // Filled in place, on this stack: a prediction is large (about 1 KiB), and is moved
+        // only if it must wait (`drive_with` then boxes it); else it is dropped here.
+        let mut predicted = Prediction::empty();
         let mut prediction = None;
         match self.negotiator {
             Negotiator::Global => {
                 neg.to_acquire.insert(GLOBAL);
             }
             Negotiator::SingleAssign => {
-                // Filled in place: a prediction is large, and is not moved unless it must wait.
-                let p = prediction.insert(Prediction { outcome: Outcome::Absorb, reads: Reads::default(), keys: SortedSet::new() });
-                self.predict(ctx, &neg, p);
-                neg.to_acquire.clone_from(&p.keys);
+                self.predict(ctx, &neg, &mut predicted);
+                neg.to_acquire.copy_from(&predicted.keys);
+                prediction = Some(&mut predicted);
             }
             Negotiator::Ordered => {}
         }
         // Set before anything is decided (evaluation finds it the same way without it): through
         // the cell the prediction kept, if it reached the session, instead of a store look-up.
         if let (true, Some(session)) = (wants_app, neg.event.session) {
-            neg.event.app = match prediction.as_ref().and_then(|p| p.reads.cell(session)) {
+            neg.event.app = match prediction.as_deref().and_then(|p| p.reads.cell(session)) {
                 Some(cell) => Some(cell.lock()).filter(|s| !s.is_removed()).map(|s| s.app),
                 None => ctx.with_session(session, |_, s| s.app),
             };
@@ -313,7 +322,7 @@ impl<H: Handler> MachineService<H> {
     /// this stack; it moves into the negotiation only if the negotiation has to wait. The
     /// negotiation itself may be on the caller's stack too: a busy lock's key is returned, and
     /// the caller boxes the negotiation and queues it ([`Self::park`]). `None`: it ended.
-    fn drive_with(&self, ctx: &mut Context<'_>, neg: &mut Negotiation<'_>, prediction: &mut Option<Prediction>) -> Option<Key> {
+    fn drive_with(&self, ctx: &mut Context<'_>, neg: &mut Negotiation<'_>, prediction: &mut Option<&mut Prediction>) -> Option<Key> {
         loop {
             // In order; the keys gone through leave `to_acquire` at once, after the loop.
             let mut through = 0;
@@ -338,7 +347,7 @@ impl<H: Handler> MachineService<H> {
                 // carries its prediction.
                 self.open_queue(neg);
                 if let Some(p) = prediction.take() {
-                    neg.prediction = Some(Box::new(p));
+                    neg.prediction = Some(Box::new(std::mem::replace(p, Prediction::empty())));
                 }
                 return Some(k);
             }
@@ -358,7 +367,7 @@ impl<H: Handler> MachineService<H> {
             let held = &neg.held;
             // What the outcome was evaluated from: its sessions' cells serve the commit.
             let fresh: Reads;
-            let (outcome, reads) = match prediction.as_mut().or(boxed.as_deref_mut()) {
+            let (outcome, reads) = match prediction.as_deref_mut().or(boxed.as_deref_mut()) {
                 Some(p) if p.keys.iter().all(|k| held.contains(k)) && p.reads.unchanged(ctx) => {
                     (std::mem::replace(&mut p.outcome, Outcome::Absorb), &p.reads)
                 }
