@@ -861,7 +861,18 @@ fn apply(ctx: &mut Context<'_>, event: &Event<'_>, actions: Actions, reads: &Rea
             Action::OnSession { session, op } => {
                 // One look-up: the session's home, and the action itself when it is this
                 // executor's.
-                let Some(cell) = reads.cell(session).cloned().or_else(|| ctx.session(session)) else { continue };
+                // Borrowed from the reads if evaluation kept it (no reference count traffic).
+                let found;
+                let cell = match reads.cell(session) {
+                    Some(cell) => cell,
+                    None => match ctx.session(session) {
+                        Some(cell) => {
+                            found = cell;
+                            &found
+                        }
+                        None => continue,
+                    },
+                };
                 let mut s = cell.lock();
                 if s.is_removed() {
                     continue;
@@ -870,7 +881,7 @@ fn apply(ctx: &mut Context<'_>, event: &Event<'_>, actions: Actions, reads: &Rea
                 // the session's home: a send posted from another executor is not overtaken
                 // by a later one, nor lost if the execution ends before it gets there.
                 let ticket = s.reserve_action();
-                ctx.act_in_order(&cell, &mut s, ticket, move |ctx: &mut Context<'_>, s: &mut SipSession| op.apply_on(ctx, s));
+                ctx.act_in_order(cell, &mut s, ticket, move |ctx: &mut Context<'_>, s: &mut SipSession| op.apply_on(ctx, s));
             }
         }
     }
