@@ -147,6 +147,10 @@ pub(crate) struct Program {
     pub guard: CExpr,
     pub handles: Vec<CNav>,
     pub moves: Vec<CNav>,
+    /// Whether the transition's target state is final (its execution ends).
+    pub to_final: bool,
+    /// Whether any of its `moves` goes to a final state.
+    pub moves_final: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -370,7 +374,7 @@ impl Program {
 impl Compiled {
     pub fn new(machine: ast::Machine) -> Result<Compiled, CompileError> {
         let initial = machine.initial_state().ok_or(CompileError::NoInitialState)?.name.name.clone();
-        let finals = machine.states.iter().filter(|s| s.kind == StateKind::Final).map(|s| (s.name.name.clone(), ())).collect();
+        let finals: Names<()> = machine.states.iter().filter(|s| s.kind == StateKind::Final).map(|s| (s.name.name.clone(), ())).collect();
         let mut by_state: Names<Vec<usize>> = Names(Vec::new());
         for (i, t) in machine.transitions.iter().enumerate() {
             for from in &t.from {
@@ -410,6 +414,8 @@ impl Compiled {
                     guard,
                     handles: t.handles.iter().map(|h| c.nav(h)).collect(),
                     moves: t.moves.iter().map(|m| c.nav(&m.target)).collect(),
+                    to_final: finals.contains(&t.to.name),
+                    moves_final: t.moves.iter().any(|m| finals.contains(&m.to.name)),
                 }
             })
             .collect();

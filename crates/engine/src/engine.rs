@@ -102,6 +102,13 @@ struct Prediction {
     keys: SortedSet<Key>,
 }
 
+impl Prediction {
+    /// Nothing predicted yet.
+    fn empty() -> Prediction {
+        Prediction { outcome: Outcome::Absorb, reads: Reads::default(), keys: SortedSet::new() }
+    }
+}
+
 pub struct MachineService<H: Handler> {
     me: Weak<MachineService<H>>,
     name: String,
@@ -258,23 +265,25 @@ impl<H: Handler> MachineService<H> {
             prediction: None,
             owns_queue,
         };
+        // Filled in place, on this stack: a prediction is large (about 1 KiB), and is moved
+        // only if it must wait (`drive_with` then boxes it); else it is dropped here.
+        let mut predicted = Prediction::empty();
         let mut prediction = None;
         match self.negotiator {
             Negotiator::Global => {
                 neg.to_acquire.insert(GLOBAL);
             }
             Negotiator::SingleAssign => {
-                // Filled in place: a prediction is large, and is not moved unless it must wait.
-                let p = prediction.insert(Prediction { outcome: Outcome::Absorb, reads: Reads::default(), keys: SortedSet::new() });
-                self.predict(ctx, &neg, p);
-                neg.to_acquire.clone_from(&p.keys);
+                self.predict(ctx, &neg, &mut predicted);
+                neg.to_acquire.copy_from(&predicted.keys);
+                prediction = Some(&mut predicted);
             }
             Negotiator::Ordered => {}
         }
         // Set before anything is decided (evaluation finds it the same way without it): through
         // the cell the prediction kept, if it reached the session, instead of a store look-up.
         if let (true, Some(session)) = (wants_app, neg.event.session) {
-            neg.event.app = match prediction.as_ref().and_then(|p| p.reads.cell(session)) {
+            neg.event.app = match prediction.as_deref().and_then(|p| p.reads.cell(session)) {
                 Some(cell) => Some(cell.lock()).filter(|s| !s.is_removed()).map(|s| s.app),
                 None => ctx.with_session(session, |_, s| s.app),
             };
@@ -313,9 +322,13 @@ impl<H: Handler> MachineService<H> {
     /// this stack; it moves into the negotiation only if the negotiation has to wait. The
     /// negotiation itself may be on the caller's stack too: a busy lock's key is returned, and
     /// the caller boxes the negotiation and queues it ([`Self::park`]). `None`: it ended.
-    fn drive_with(&self, ctx: &mut Context<'_>, neg: &mut Negotiation<'_>, prediction: &mut Option<Prediction>) -> Option<Key> {
+    fn drive_with(&self, ctx: &mut Context<'_>, neg: &mut Negotiation<'_>, prediction: &mut Option<&mut Prediction>) -> Option<Key> {
         loop {
-            while let Some(k) = neg.to_acquire.pop_first() {
+            // In order; the keys gone through leave `to_acquire` at once, after the loop.
+            let mut through = 0;
+            let mut busy = None;
+            for &k in neg.to_acquire.iter() {
+                through += 1;
                 if neg.held.contains(&k) {
                     continue;
                 }
@@ -325,11 +338,16 @@ impl<H: Handler> MachineService<H> {
                     neg.held.insert(k);
                     continue;
                 }
+                busy = Some(k);
+                break;
+            }
+            neg.to_acquire.remove_first(through);
+            if let Some(k) = busy {
                 // It will wait: later events of its session must wait behind it, and it
                 // carries its prediction.
                 self.open_queue(neg);
                 if let Some(p) = prediction.take() {
-                    neg.prediction = Some(Box::new(p));
+                    neg.prediction = Some(Box::new(std::mem::replace(p, Prediction::empty())));
                 }
                 return Some(k);
             }
@@ -349,7 +367,7 @@ impl<H: Handler> MachineService<H> {
             let held = &neg.held;
             // What the outcome was evaluated from: its sessions' cells serve the commit.
             let fresh: Reads;
-            let (outcome, reads) = match prediction.as_mut().or(boxed.as_deref_mut()) {
+            let (outcome, reads) = match prediction.as_deref_mut().or(boxed.as_deref_mut()) {
                 Some(p) if p.keys.iter().all(|k| held.contains(k)) && p.reads.unchanged(ctx) => {
                     (std::mem::replace(&mut p.outcome, Outcome::Absorb), &p.reads)
                 }
@@ -500,14 +518,11 @@ impl<H: Handler> MachineService<H> {
         // look-up then.
         let holder = match (neg.event.session, evaluated) {
             (Some(s), Some(h)) if s == h => Some(h),
-            _ => sips.and_then(|s| self.holder(ctx, s)),
+            _ => sips.and_then(|s| self.holder(ctx, s, reads)),
         };
         if let Some(holder) = holder {
             if !stays {
-                match reads.cell(holder) {
-                    Some(cell) => set_state_on(&mut cell.lock(), &t.to.name),
-                    None => set_state(ctx, holder, &t.to.name),
-                }
+                set_state(ctx, reads, holder, &t.to.name);
             }
         }
         for (mv, target) in t.moves.iter().zip(&self.compiled.program(transition).moves) {
@@ -517,8 +532,8 @@ impl<H: Handler> MachineService<H> {
                 nav_value(target, &mut env, vars, None)
             };
             if let Ok(Value::Session(s)) = target {
-                if let Some(holder) = self.holder(ctx, s) {
-                    set_state(ctx, holder, &mv.to.name);
+                if let Some(holder) = self.holder(ctx, s, reads) {
+                    set_state(ctx, reads, holder, &mv.to.name);
                 }
             }
         }
@@ -534,12 +549,17 @@ impl<H: Handler> MachineService<H> {
         created: Option<SessionId>,
         reads: &Reads,
     ) {
+        let p = self.compiled.program(transition);
+        // Most transitions end nothing: decided without comparing state names.
+        if !p.to_final && !p.moves_final {
+            return;
+        }
         let t = self.compiled.transition(transition);
-        let mut ended: Vec<SessionId> = Vec::new();
-        if self.compiled.finals.contains(&t.to.name) {
+        let mut ended: smallvec::SmallVec<[SessionId; 2]> = smallvec::SmallVec::new();
+        if p.to_final {
             ended.extend(neg.event.session.or(created));
         }
-        let targets = &self.compiled.program(transition).moves;
+        let targets = &p.moves;
         for (_, target) in t.moves.iter().zip(targets).filter(|(m, _)| self.compiled.finals.contains(&m.to.name)) {
             let mut reads = Reads::default();
             let mut env = self.env(ctx, neg, false, &mut reads);
@@ -559,8 +579,8 @@ impl<H: Handler> MachineService<H> {
     }
 
     /// The session carrying the execution state of `session`'s execution.
-    fn holder(&self, ctx: &mut Context<'_>, session: SessionId) -> Option<SessionId> {
-        ctx.with_session(session, |_, s| {
+    fn holder(&self, ctx: &mut Context<'_>, session: SessionId, reads: &Reads) -> Option<SessionId> {
+        with_session(ctx, reads, session, |s| {
             let info = self.compiled.role(s.attributes.get_str(ROLE)?)?;
             if info.holds_state {
                 return Some(session);
@@ -573,8 +593,18 @@ impl<H: Handler> MachineService<H> {
 pub(crate) const ROLE: &str = "@role";
 pub(crate) const STATE: &str = "@state";
 
-fn set_state(ctx: &mut Context<'_>, holder: SessionId, state: &str) {
-    ctx.with_session(holder, |_, s| set_state_on(s, state));
+/// Runs `f` on session `id`, through the cell evaluation kept if it reached the session (a
+/// session removed from the store since reads as missing, as a look-up would find it), else
+/// through a store look-up.
+fn with_session<R>(ctx: &mut Context<'_>, reads: &Reads, id: SessionId, f: impl FnOnce(&mut SipSession) -> R) -> Option<R> {
+    match reads.cell(id) {
+        Some(cell) => Some(cell.lock()).filter(|s| !s.is_removed()).map(|mut s| f(&mut s)),
+        None => ctx.with_session(id, |_, s| f(s)),
+    }
+}
+
+fn set_state(ctx: &mut Context<'_>, reads: &Reads, holder: SessionId, state: &str) {
+    with_session(ctx, reads, holder, |s| set_state_on(s, state));
 }
 
 fn set_state_on(s: &mut SipSession, state: &str) {
@@ -598,9 +628,10 @@ fn select<H: Handler>(env: &mut EvalEnv<'_, '_, H>) -> Result<Outcome, Need> {
         _ => return Ok(Outcome::Absorb),
     };
     let mut enabled: smallvec::SmallVec<[(usize, Vars); 1]> = smallvec::SmallVec::new();
+    let method = env.neg.event.method();
     for &index in compiled.candidates(&state) {
         let p = compiled.program(index);
-        if !p.may_take(env.method()) {
+        if !p.may_take(method) {
             continue;
         }
         let mut vars = Vars::default();
@@ -624,13 +655,13 @@ fn select<H: Handler>(env: &mut EvalEnv<'_, '_, H>) -> Result<Outcome, Need> {
     // The state holders written by the transition are needed too.
     let mut holder = None;
     if let Value::Session(id) = sips {
-        traversed.insert(id);
+        traversed.insert(key(id));
         holder = state_holder(env, id)?;
         if let Some(h) = holder {
-            traversed.insert(h);
+            traversed.insert(key(h));
         }
     }
-    Ok(Outcome::Run(Chosen { transition: index, vars, needed: traversed.into_iter().map(key).collect(), holder }))
+    Ok(Outcome::Run(Chosen { transition: index, vars, needed: traversed, holder }))
 }
 
 fn state_holder<H: Handler>(env: &mut EvalEnv<'_, '_, H>, id: SessionId) -> Result<Option<SessionId>, Need> {
@@ -831,7 +862,18 @@ fn apply(ctx: &mut Context<'_>, event: &Event<'_>, actions: Actions, reads: &Rea
             Action::OnSession { session, op } => {
                 // One look-up: the session's home, and the action itself when it is this
                 // executor's.
-                let Some(cell) = reads.cell(session).cloned().or_else(|| ctx.session(session)) else { continue };
+                // Borrowed from the reads if evaluation kept it (no reference count traffic).
+                let found;
+                let cell = match reads.cell(session) {
+                    Some(cell) => cell,
+                    None => match ctx.session(session) {
+                        Some(cell) => {
+                            found = cell;
+                            &found
+                        }
+                        None => continue,
+                    },
+                };
                 let mut s = cell.lock();
                 if s.is_removed() {
                     continue;
@@ -840,7 +882,7 @@ fn apply(ctx: &mut Context<'_>, event: &Event<'_>, actions: Actions, reads: &Rea
                 // the session's home: a send posted from another executor is not overtaken
                 // by a later one, nor lost if the execution ends before it gets there.
                 let ticket = s.reserve_action();
-                ctx.act_in_order(&cell, &mut s, ticket, move |ctx: &mut Context<'_>, s: &mut SipSession| op.apply_on(ctx, s));
+                ctx.act_in_order(cell, &mut s, ticket, move |ctx: &mut Context<'_>, s: &mut SipSession| op.apply_on(ctx, s));
             }
         }
     }

@@ -5,6 +5,8 @@
 //! `Err(Need(id))` when it does, and the negotiator acquires it and evaluates again.
 
 use crate::compiled::{CExpr, CNav, Root, Step};
+use crate::engine::key;
+use crate::locks::Key;
 use crate::sorted_set::SortedSet;
 use smallvec::SmallVec;
 use smol_str::SmolStr;
@@ -147,14 +149,9 @@ fn compare(a: &Value, op: CmpOp, b: &Value) -> bool {
     }
 }
 
-/// A navigation's value, adding every session it traverses (the root's and each intermediate
-/// one's, and the result if it is a session) to `traversed` when asked to.
-pub(crate) fn nav_value(
-    nav: &CNav,
-    env: &mut dyn Env,
-    vars: &Vars,
-    mut traversed: Option<&mut SortedSet<SessionId>>,
-) -> Result<Value, Need> {
+/// A navigation's value, adding the lock key of every session it traverses (the root's and
+/// each intermediate one's, and the result if it is a session) to `traversed` when asked to.
+pub(crate) fn nav_value(nav: &CNav, env: &mut dyn Env, vars: &Vars, mut traversed: Option<&mut SortedSet<Key>>) -> Result<Value, Need> {
     let mut value = match &nav.root {
         Root::Var(i) => vars.get(*i),
         Root::App(name) => env.app_attr(name)?,
@@ -165,16 +162,16 @@ pub(crate) fn nav_value(
         value = step_from(value, step, env, traversed.as_deref_mut())?;
     }
     if let (Value::Session(id), Some(t)) = (&value, traversed) {
-        t.insert(*id);
+        t.insert(key(*id));
     }
     Ok(value)
 }
 
-fn step_from(value: Value, step: Step, env: &mut dyn Env, traversed: Option<&mut SortedSet<SessionId>>) -> Result<Value, Need> {
+fn step_from(value: Value, step: Step, env: &mut dyn Env, traversed: Option<&mut SortedSet<Key>>) -> Result<Value, Need> {
     match value {
         Value::Session(id) => {
             if let Some(t) = traversed {
-                t.insert(id);
+                t.insert(key(id));
             }
             env.session_step(id, step)
         }

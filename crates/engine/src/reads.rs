@@ -66,7 +66,11 @@ impl Reads {
         let mut role = None;
         if let Some(cell) = &cell {
             let n = compiled.slots.len();
-            self.values.resize(base + n, Value::Null);
+            // A handful of slots: pushed one by one (cheaper than `resize`'s general extend).
+            self.values.reserve(n);
+            for _ in 0..n {
+                self.values.push(Value::Null);
+            }
             let slots = &mut self.values[base..];
             let s = cell.lock();
             for (name, v) in s.attributes.iter() {

@@ -50,11 +50,30 @@ impl<T: Ord + Copy> SortedSet<T> {
         self.0.iter().any(|v| v == value)
     }
 
+    #[cfg(test)]
     pub fn pop_first(&mut self) -> Option<T> {
         if self.0.is_empty() {
             None
         } else {
             Some(self.0.remove(0))
+        }
+    }
+
+    /// Makes this set a copy of `other` (a handful of values: pushed one by one, cheaper than
+    /// the general `clone_from`).
+    pub fn copy_from(&mut self, other: &SortedSet<T>) {
+        self.0.clear();
+        for &v in &other.0 {
+            self.0.push(v);
+        }
+    }
+
+    /// Removes the first `n` values (all of them if there are fewer).
+    pub fn remove_first(&mut self, n: usize) {
+        if n >= self.0.len() {
+            self.0.clear();
+        } else {
+            self.0.drain(..n);
         }
     }
 
@@ -137,6 +156,13 @@ mod tests {
         assert_eq!(s.iter().copied().collect::<Vec<_>>(), vec![1, 2, 3, 5]);
         assert_eq!(s.at_or_above(&3), &[3, 5]);
         assert_eq!(s.pop_first(), Some(1));
+        let mut t: SortedSet<u32> = [1, 2, 3].into();
+        t.remove_first(2);
+        assert_eq!(t.iter().copied().collect::<Vec<_>>(), vec![3]);
+        t.remove_first(5);
+        assert_eq!(t.len(), 0);
+        t.copy_from(&s);
+        assert_eq!(t, s);
         assert!(s.remove(&5));
         assert_eq!(s.difference(&[3].into()).copied().collect::<Vec<_>>(), vec![2]);
         assert_eq!((s.first(), s.last(), s.len()), (Some(&2), Some(&3), 2));

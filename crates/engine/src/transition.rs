@@ -9,7 +9,7 @@ use crate::reads::Reads;
 use crate::sorted_set::SortedSet;
 use bytes::Bytes;
 use std::time::Duration;
-use tandem_container::{AppSessionId, AttrValue, Context, Destination, Request, SessionId, SipSession, TimerId};
+use tandem_container::{AppSessionId, AttrValue, Context, Destination, Request, SessionCell, SessionId, SipSession, TimerId};
 use tandem_sip::Method;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -76,6 +76,9 @@ pub struct Transition<'c, 'a> {
     /// What evaluation read: the cells of the sessions it reached (no store look-up for them).
     reads: &'c Reads,
     created: Vec<SessionId>,
+    /// The cells of the sessions in `created` (found once, when created), so that the arm's
+    /// later accesses to them need no store look-up.
+    created_cells: smallvec::SmallVec<[(SessionId, SessionCell); 2]>,
     created_sips: Option<SessionId>,
     created_apps: Vec<AppSessionId>,
     actions: Actions,
@@ -96,6 +99,7 @@ impl<'c, 'a> Transition<'c, 'a> {
             allowed,
             reads,
             created: Vec::new(),
+            created_cells: smallvec::SmallVec::new(),
             created_sips: None,
             created_apps: Vec::new(),
             actions: Vec::new(),
@@ -146,7 +150,8 @@ impl<'c, 'a> Transition<'c, 'a> {
     }
 
     fn with_unchecked<R>(&mut self, id: SessionId, f: impl FnOnce(&mut SipSession) -> R) -> Option<R> {
-        match self.reads.cell(id) {
+        let cell = self.reads.cell(id).or_else(|| self.created_cells.iter().find(|(c, _)| *c == id).map(|(_, cell)| cell));
+        match cell {
             Some(cell) => {
                 let mut s = cell.lock();
                 (!s.is_removed()).then(|| f(&mut s))
@@ -193,8 +198,10 @@ impl<'c, 'a> Transition<'c, 'a> {
     pub fn accept(&mut self) -> Result<SessionId, TransitionError> {
         let req = self.request().ok_or(TransitionError::NotARequest("accepted"))?;
         let id = self.ctx.accept(&req, None)?;
-        if let Some(app) = self.ctx.with_session(id, |_, s| s.app) {
+        if let Some(cell) = self.ctx.session(id) {
+            let app = cell.lock().app;
             self.created_apps.push(app);
+            self.created_cells.push((id, cell));
         }
         self.created.push(id);
         self.created_sips = Some(id);
@@ -205,6 +212,9 @@ impl<'c, 'a> Transition<'c, 'a> {
     pub fn create_leg(&mut self, from_uri: &str, to_uri: &str, target: Destination) -> Result<SessionId, TransitionError> {
         let app = self.app().ok_or(TransitionError::NotARequest("given a leg"))?;
         let id = self.ctx.create_uac_session(app, from_uri, to_uri, target)?;
+        if let Some(cell) = self.ctx.session(id) {
+            self.created_cells.push((id, cell));
+        }
         self.created.push(id);
         Ok(id)
     }
