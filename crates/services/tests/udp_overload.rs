@@ -27,6 +27,10 @@ async fn burst(method: &str, overload_delay: Duration) -> HashMap<u16, usize> {
     let transport = TransportConfig { udp_readers: 0, ..Default::default() };
     let container = Container::start(settings, vec![("uas".into(), uas)], &["udp:127.0.0.1:0".parse().unwrap()], transport).await.unwrap();
     let server = container.local_addrs()[0].1;
+    // The kernel turns packet timestamping on by deferred work once the first socket asks for
+    // it: datagrams that arrive before then carry no arrival time and are stamped when read (so
+    // never late). Give it time to run before the burst.
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let client = UdpSocket::bind("127.0.0.1:0").unwrap();
     // Room for every answer: they come while this task sleeps between reads.
     socket2::SockRef::from(&client).set_recv_buffer_size(4 << 20).unwrap();
