@@ -26,7 +26,7 @@ port() { python3 -c 'import socket;s=socket.socket(socket.AF_INET,socket.SOCK_DG
 profile() {
     local name=$1 sp=$2 trace_pids=$3 up=$4
     local calls=$((RATE * (WINDOW + 8)))
-    (cd "$work" && sipp -sf "$OLDPWD/bench/scenarios/uac_rtd.xml" 127.0.0.1:"$sp" -i 127.0.0.1 -p "$up" \
+    (cd "$work" && exec sipp -sf "$OLDPWD/bench/scenarios/uac_rtd.xml" 127.0.0.1:"$sp" -i 127.0.0.1 -p "$up" \
         -r "$RATE" -m "$calls" -l $((RATE * 10)) -nostdin -timeout $((WINDOW + 40))s >/dev/null 2>&1) &
     local uac=$!
     sleep 4
@@ -53,7 +53,7 @@ EOF
 
 # The callee: a SIPp uas answering 200 (as in find_max_rate.py's proxy200).
 uas_port=$(port)
-(cd "$work" && sipp -sn uas -i 127.0.0.1 -p "$uas_port" -nostdin >/dev/null 2>&1) &
+(cd "$work" && exec sipp -sn uas -i 127.0.0.1 -p "$uas_port" -nostdin >/dev/null 2>&1) &
 pids+=($!)
 sleep 0.5
 
