@@ -449,11 +449,18 @@ impl Core {
         let Some((invite_tx, owner)) = owner else {
             return self.st.reply(now, tx, msg, 481, None);
         };
-        self.st.reply(now, tx, msg, 200, None);
         match owner {
-            ServerOwner::Proxy => self.st.proxy_cancel(now, invite_tx, msg),
+            ServerOwner::Proxy => {
+                self.st.reply(now, tx, msg, 200, None);
+                self.st.proxy_cancel(now, invite_tx, msg);
+            }
             ServerOwner::Session(sid) => {
-                let Some(cell) = self.st.store.session(sid) else {
+                let cell = self.st.store.session(sid);
+                // RFC 3261 §9.2: the CANCEL's 200 carries the To tag of the INVITE's response
+                // (a caller whose CANCEL crossed our 2xx builds its ACK and BYE from either).
+                let tag = cell.as_ref().map(|c| c.lock().dialog.local_tag.clone());
+                self.st.reply_tagged(now, tx, msg, 200, tag.as_deref());
+                let Some(cell) = cell else {
                     return;
                 };
                 let (service, tag) = {
@@ -636,6 +643,19 @@ impl CoreState {
         let warning = warning.map(|w| format!("399 tandem \"{w}\""));
         let headers: Vec<(&str, &str)> = warning.iter().map(|w| ("Warning", w.as_str())).collect();
         self.reply_with(now, tx, msg, status, &headers, None);
+    }
+
+    /// A response without a body whose To tag (when the request has none) is `tag`, or a new
+    /// one if `None`.
+    pub(crate) fn reply_tagged(&mut self, now: Instant, tx: ServerTxId, msg: &Message, status: u16, tag: Option<&str>) {
+        let tag = match (msg.to_tag(), tag) {
+            (Some(_), _) => None,
+            (None, Some(tag)) => Some(tag.to_string()),
+            (None, None) => Some(self.ids.tag()),
+        };
+        let bytes = ResponseBuilder::new(msg, status, Self::reason_phrase(status), tag.as_deref()).finish();
+        self.metrics.message_out(msg.method(), Some(status), msg_transport(msg));
+        self.layer.respond(now, tx, status, bytes, false);
     }
 
     pub(crate) fn reply_with(

@@ -225,6 +225,29 @@ fn uas_answers_retransmits_until_ack_and_hangs_up_after_hold() {
 }
 
 #[test]
+fn a_cancel_crossing_the_2xx_is_answered_with_the_dialog_tag() {
+    let (mut h, _log) = uas_harness(Duration::from_secs(2));
+    h.recv(&invite("call-c", "z9hG4bKinvc"), CALLER);
+    let sent = h.sent();
+    assert_eq!(summary(&sent), vec![format!("200 INVITE -> {CALLER}")]);
+    let tag = sent[0].1.to_tag().expect("To tag added").to_string();
+    // The caller's CANCEL was sent before our 200 reached it: it matches the INVITE's
+    // transaction, has no effect, and its 200 carries the dialog's tag (RFC 3261 §9.2), which
+    // the caller then uses for its ACK and BYE.
+    let cancel = format!(
+        "CANCEL sip:service@127.0.0.1:5060 SIP/2.0\nVia: SIP/2.0/UDP {CALLER};branch=z9hG4bKinvc\nMax-Forwards: 70\nFrom: <sip:alice@127.0.0.1>;tag=alice1\nTo: <sip:service@127.0.0.1>\nCall-ID: call-c\nCSeq: 1 CANCEL\nContent-Length: 0\n\n"
+    );
+    h.recv(&cancel, CALLER);
+    let sent = h.sent();
+    assert_eq!(summary(&sent), vec![format!("200 CANCEL -> {CALLER}")]);
+    assert_eq!(sent[0].1.to_tag(), Some(tag.as_str()));
+    h.recv(&in_dialog("ACK", "call-c", &tag, 1, "z9hG4bKackc"), CALLER);
+    h.recv(&in_dialog("BYE", "call-c", &tag, 2, "z9hG4bKbyec"), CALLER);
+    assert_eq!(summary(&h.sent()), vec![format!("200 BYE -> {CALLER}")]);
+    assert_eq!((h.store.live_sessions(), h.store.live_app_sessions()), (0, 0));
+}
+
+#[test]
 fn caller_hangs_up_first_and_the_hold_timer_dies_with_the_session() {
     let (mut h, log) = uas_harness(Duration::from_secs(2));
     h.recv(&invite("call-2", "z9hG4bKinv2"), CALLER);
