@@ -120,7 +120,7 @@ def main():
             for name, sm in summary.items():
                 if name != args.ratio_to and sm["cpu_us_per_call_median"]:
                     ratios[name] = ref / sm["cpu_us_per_call_median"]
-        by_rate[rate] = {"variants": summary, "ratio_to_%s" % args.ratio_to if args.ratio_to else "ratios": ratios}
+        by_rate[rate] = {"variants": summary, "ratios": ratios, "ratio_to": args.ratio_to}
     machine = subprocess.run(["uname", "-a"], capture_output=True, text=True).stdout.strip()
     cpu_model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
@@ -153,7 +153,7 @@ def main():
         lines += ["## CPU ratio %s / variant (medians, same rate)" % args.ratio_to, "",
                   "| rate | " + " | ".join(others) + " |", "|---|" + "---|" * len(others)]
         for rate in rates:
-            rt = list(by_rate[rate].values())[1]
+            rt = by_rate[rate]["ratios"]
             lines.append("| %d | %s |" % (rate, " | ".join(f(rt.get(o), "%.2f") for o in others)))
         lines.append("")
     with open(args.out + ".md", "w") as fh:
