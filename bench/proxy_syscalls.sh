@@ -19,15 +19,14 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 port() { python3 -c 'import socket;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+# shellcheck source=bench/proxy_pair.sh
+. bench/proxy_pair.sh
 
 # count SERVER: runs the load against the server on $sp and traces $trace_pids
 count() {
     local name=$1 sp=$2 trace_pids=$3 up=$4
-    local calls=$((RATE * (WINDOW + 8)))
-    (cd "$work" && exec sipp -sf "$OLDPWD/bench/scenarios/uac_rtd.xml" 127.0.0.1:"$sp" -i 127.0.0.1 -p "$up" \
-        -r "$RATE" -m "$calls" -l $((RATE * 10)) -nostdin -timeout $((WINDOW + 40))s >/dev/null 2>&1) &
-    local uac=$!
-    sleep 4
+    local uac
+    start_uac "$sp" "$up"
     perf trace -s -p "$trace_pids" -o "$work/$name.trace" -- sleep "$WINDOW" >/dev/null 2>&1 || true
     wait $uac || true
     python3 - "$work/$name.trace" "$name" $((RATE * WINDOW)) <<'EOF'
@@ -45,30 +44,4 @@ for k, v in total.most_common(8):
 EOF
 }
 
-# The callee: a SIPp uas answering 200 (as in find_max_rate.py's proxy200).
-uas_port=$(port)
-(cd "$work" && exec sipp -sn uas -i 127.0.0.1 -p "$uas_port" -nostdin >/dev/null 2>&1) &
-pids+=($!)
-sleep 0.5
-
-# Tandem, one executor (as in the suite's Proxy 200 runs).
-tp=$(port); ta=$(port)
-"$BIN" run --listen udp:127.0.0.1:"$tp" --admin 127.0.0.1:"$ta" --service proxy \
-    --set proxy.next_hop=127.0.0.1:"$uas_port" --set container.executors=1 \
-    --set container.max_transactions=1000000 >"$work/tandem.log" 2>&1 &
-tpid=$!
-pids+=($tpid)
-for _ in $(seq 50); do curl -sf 127.0.0.1:"$ta"/health >/dev/null && break; sleep 0.2; done
-count tandem "$tp" "$tpid" "$(port)"
-kill "$tpid"; wait "$tpid" 2>/dev/null || true
-
-# Kamailio, configured as in bench/kamailio/proxy200.cfg.in (2 children).
-kp=$(port)
-sed -e "s/@PORT@/$kp/" -e "s/@NEXT_HOP@/127.0.0.1:$uas_port/" -e "s/@PROTO@/udp/" -e "s/@CHILDREN@/2/" \
-    bench/kamailio/proxy200.cfg.in >"$work/kamailio.cfg"
-kamailio -f "$work/kamailio.cfg" -DD -E -m 2048 -M 32 -x tlsf >"$work/kamailio.log" 2>&1 &
-kpid=$!
-pids+=($kpid)
-sleep 2
-kpids=$(echo "$kpid" $(pgrep -P "$kpid") | tr ' ' ,)
-count kamailio "$kp" "$kpids" "$(port)"
+measure_both count

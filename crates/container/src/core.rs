@@ -458,8 +458,10 @@ impl Core {
                 let cell = self.st.store.session(sid);
                 // RFC 3261 §9.2: the CANCEL's 200 carries the To tag of the INVITE's response
                 // (a caller whose CANCEL crossed our 2xx builds its ACK and BYE from either).
-                let tag = cell.as_ref().map(|c| c.lock().dialog.local_tag.clone());
-                self.st.reply_tagged(now, tx, msg, 200, tag.as_deref());
+                match cell.as_ref().map(|c| c.lock().dialog.local_tag.clone()) {
+                    Some(tag) => self.st.reply_tagged(now, tx, msg, 200, &tag),
+                    None => self.st.reply(now, tx, msg, 200, None),
+                }
                 let Some(cell) = cell else {
                     return;
                 };
@@ -645,17 +647,10 @@ impl CoreState {
         self.reply_with(now, tx, msg, status, &headers, None);
     }
 
-    /// A response without a body whose To tag (when the request has none) is `tag`, or a new
-    /// one if `None`.
-    pub(crate) fn reply_tagged(&mut self, now: Instant, tx: ServerTxId, msg: &Message, status: u16, tag: Option<&str>) {
-        let tag = match (msg.to_tag(), tag) {
-            (Some(_), _) => None,
-            (None, Some(tag)) => Some(tag.to_string()),
-            (None, None) => Some(self.ids.tag()),
-        };
-        let bytes = ResponseBuilder::new(msg, status, Self::reason_phrase(status), tag.as_deref()).finish();
-        self.metrics.message_out(msg.method(), Some(status), msg_transport(msg));
-        self.layer.respond(now, tx, status, bytes, false);
+    /// A response without a body whose To tag (when the request has none) is `tag`.
+    pub(crate) fn reply_tagged(&mut self, now: Instant, tx: ServerTxId, msg: &Message, status: u16, tag: &str) {
+        let tag = msg.to_tag().is_none().then_some(tag);
+        self.send_reply(now, tx, msg, status, tag, &[], None);
     }
 
     pub(crate) fn reply_with(
@@ -668,7 +663,22 @@ impl CoreState {
         body: Option<(&str, &[u8])>,
     ) {
         let tag = if msg.to_tag().is_none() && status > 100 { Some(self.ids.tag()) } else { None };
-        let mut b = ResponseBuilder::new(msg, status, Self::reason_phrase(status), tag.as_deref());
+        self.send_reply(now, tx, msg, status, tag.as_deref(), headers, body);
+    }
+
+    /// Builds and sends a response with To tag `tag` (added when `Some`).
+    #[allow(clippy::too_many_arguments)]
+    fn send_reply(
+        &mut self,
+        now: Instant,
+        tx: ServerTxId,
+        msg: &Message,
+        status: u16,
+        tag: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Option<(&str, &[u8])>,
+    ) {
+        let mut b = ResponseBuilder::new(msg, status, Self::reason_phrase(status), tag);
         for (name, value) in headers {
             b.writer().header(name, value);
         }
