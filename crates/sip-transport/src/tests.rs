@@ -559,7 +559,7 @@ async fn tcp_direct_writes_keep_order_under_backpressure_and_bound_the_queue() {
 async fn shutdown_closes_outgoing_and_accepted_connections() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let peer_addr = listener.local_addr().unwrap();
-    let (t, _sink) = start(TransportConfig::default()).await;
+    let (t, sink) = start(TransportConfig::default()).await;
     let flow = Flow { transport: Transport::Tcp, listener: 1, connection: 0, remote: peer_addr };
     t.send(flow, Bytes::from_static(OPTIONS.as_bytes())).unwrap();
     let (mut outgoing, _) = tokio::time::timeout(Duration::from_secs(5), listener.accept()).await.unwrap().unwrap();
@@ -568,7 +568,9 @@ async fn shutdown_closes_outgoing_and_accepted_connections() {
     let tcp_addr = t.local_addrs().iter().find(|(p, _)| *p == Protocol::Tcp).unwrap().1;
     let mut accepted = TcpStream::connect(tcp_addr).await.unwrap();
     accepted.write_all(OPTIONS.as_bytes()).await.unwrap();
-    wait_for(|| t.open_connections() == 2).await;
+    // Wait until the server has read our OPTIONS: closing a socket with unread data makes the
+    // kernel answer with RST instead of FIN, and the read below would see a reset.
+    wait_for(|| t.open_connections() == 2 && sink.messages.lock().len() == 1).await;
     t.shutdown();
     for stream in [&mut outgoing, &mut accepted] {
         let mut rest = Vec::new();
