@@ -443,7 +443,9 @@ def capture_delays(cap, port):
 
 
 def run_once(service, target, duration, args, label=None):
-    """One measured run. Returns a result dict ('missing' set when the service is unknown)."""
+    """One measured run. Returns a result dict ('missing' set when the service is unknown).
+    `service` may carry a side suffix (`dating_manual#A`, for --aa): the tandem runs the part
+    before the `#`."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     label = label or "%s-%d" % (service, target)
     rawdir = os.path.join(RESULTS, "raw", "dating", "%s-%s" % (stamp, label))
@@ -460,7 +462,7 @@ def run_once(service, target, duration, args, label=None):
     capture_dir = tempfile.mkdtemp(prefix="tandem-dating-capture-")
     try:
         media.start()
-        dating = Tandem("dating", service, ["dating.media=127.0.0.1:%d" % media.port], rawdir,
+        dating = Tandem("dating", service.split("#")[0], ["dating.media=127.0.0.1:%d" % media.port], rawdir,
                         cpu_limit=args.dating_cpu)
         missing = dating.start()
         if missing:
@@ -882,14 +884,94 @@ def compare(args):
     loads = {"expected": max(2, int(round(cap * 0.8))), "overload": cap}
     runs = {}
     for lvl, target in loads.items():
-        for svc in ("dating", "dating_manual"):
-            if svc == "dating_manual" and manual_missing:
-                runs[(lvl, svc)] = {"service": svc, "missing": manual_missing}
-                continue
-            r = run_once(svc, target, args.duration, args, label="%s-%s" % (lvl, svc))
+        if manual_missing:
+            runs[(lvl, "dating_manual")] = {"service": "dating_manual", "missing": manual_missing}
+        svcs = ["dating"] if manual_missing else ["dating", "dating_manual"]
+        if args.side_by_side and len(svcs) == 2:
+            got = run_side_by_side(svcs, target, args, lvl)
+        else:
+            got = {svc: run_once(svc, target, args.duration, args, label="%s-%s" % (lvl, svc))
+                   for svc in svcs}
+        for svc, r in got.items():
             log(summary_line(r))
             runs[(lvl, svc)] = r
     report(args, mach, cap, cap_src, levels, loads, runs, manual_missing)
+
+
+def aa_check(args):
+    """The side-by-side rig with the same version on both sides (an A/A test): the ratios it
+    reports are what the rig itself contributes, to read the contract / hand-optimized ratios
+    against. Writes bench/results/dating-aa.{json,md}; leaves dating.* alone."""
+    svc, cap = args.aa, args.capacity_executions
+    if not cap:
+        raise SystemExit("--aa needs --capacity-executions")
+    loads = {"expected": max(2, int(round(cap * 0.8))), "overload": cap}
+    out = {"generated": datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
+           "service": svc, "duration_s": args.duration, "dating_cpu_limit": args.dating_cpu,
+           "machine": machine(), "loads": loads, "runs": {}}
+    rows = []
+    for lvl, target in loads.items():
+        got = run_side_by_side([svc + "#A", svc + "#B"], target, args, lvl)
+        a, b = got[svc + "#A"], got[svc + "#B"]
+        for side, r in (("A", a), ("B", b)):
+            log(summary_line(r))
+            out["runs"]["%s/%s" % (lvl, side)] = compact(r)
+        pa, pb = setup_stats_of(a).get("p99"), setup_stats_of(b).get("p99")
+        out["throughput_ratio_" + lvl] = ratio(a["throughput_mps_hold"], b["throughput_mps_hold"])
+        out["p99_ratio_" + lvl] = ratio(pa, pb)
+        out["cpu_per_message_ratio_" + lvl] = ratio(a.get("cpu_us_per_message"), b.get("cpu_us_per_message"))
+        rows.append("| %s | %s | %s | %s / %s | %s | %s / %s | %s |" % (
+            lvl, fmt(out["throughput_ratio_" + lvl], 3), fmt(out["p99_ratio_" + lvl], 3),
+            fmt(pa), fmt(pb), fmt(out["cpu_per_message_ratio_" + lvl], 3),
+            fmt(a.get("dating_throttled_s"), 0), fmt(b.get("dating_throttled_s"), 0),
+            "OK" if a["invariants"]["ok"] and b["invariants"]["ok"] else "FAILED"))
+    with open(os.path.join(RESULTS, "dating-aa.json"), "w") as f:
+        json.dump(out, f, indent=1)
+    m = out["machine"]
+    with open(os.path.join(RESULTS, "dating-aa.md"), "w") as f:
+        f.write("# Dating benchmark rig, A/A check: `%s` against itself, side by side\n\n"
+                "Generated %s by `bench/dating/run.py --aa %s --capacity-executions %d "
+                "--dating-cpu %s` (%d s per run); tandem git %s, %s × %s, kernel %s.\n\n"
+                "Both sides run the same version at the same time, as `--compare "
+                "--side-by-side` runs the two versions: a ratio away from 1 here is the rig's "
+                "own asymmetry or noise.\n\n"
+                "| load | throughput ratio A/B | p99 ratio A/B | p99 A / B (ms) | CPU per "
+                "message ratio | throttled A / B (s) | invariants |\n|---|---|---|---|---|---|---|\n"
+                % (svc, out["generated"], svc, cap, args.dating_cpu, args.duration, m.get("git"),
+                   m.get("nproc"), m.get("cpu_model"), m.get("kernel")))
+        f.write("\n".join(rows) + "\n")
+    log("wrote bench/results/dating-aa.md, dating-aa.json")
+
+
+def setup_stats_of(r):
+    return r["setup_delay_hold"] if r["setup_delay_hold"].get("n") else r["setup_delay"]
+
+
+def run_side_by_side(svcs, target, args, lvl):
+    """Both versions at once, each with its own media service and SIPp instances: whatever
+    else the shared machine does during the run (steal time, a neighbour's burst) falls on both,
+    so their ratio is not a comparison of two different five-minute windows. The second version
+    runs in a thread, the first in this one (a signal unwinds this one; the thread finishes its
+    run and its `finally` stops its processes)."""
+    got, errors = {}, {}
+
+    def one(svc):
+        try:
+            got[svc] = run_once(svc, target, args.duration, args, label="%s-%s" % (lvl, svc))
+        except Exception as e:  # reported after the join
+            errors[svc] = e
+
+    other = threading.Thread(target=one, args=(svcs[1],))
+    other.start()
+    one(svcs[0])
+    other.join()
+    if errors:
+        raise RuntimeError("side-by-side run failed: %s" % errors)
+    for r in got.values():
+        r["side_by_side"] = True
+        # the sibling's SIPp and tandem processes are expected here, not a disturbance
+        r["other_load"] = []
+    return {svc: got[svc] for svc in svcs}
 
 
 def report(args, mach, cap, cap_src, levels, loads, runs, manual_missing):
@@ -939,6 +1021,7 @@ def report(args, mach, cap, cap_src, levels, loads, runs, manual_missing):
         "setup_delay_resolution_ms": 1,
         "media_answer_delay": args.answer_delay,
         "dating_cpu_limit": args.dating_cpu,
+        "side_by_side": bool(getattr(args, "side_by_side", False)),
         "runs": {"%s/%s" % k: compact(v) for k, v in runs.items()},
     }
     if manual_missing:
@@ -970,11 +1053,16 @@ def write_md(out, runs, loads, plots):
     L.append("# Dating service: contract version vs hand-optimized version\n")
     L.append("Generated %s by `bench/dating/run.py --compare%s` (%s mode, %d s per run). "
              "Method: bench/dating/README.md.\n" % (
-                 out["generated"], " --quick" if out["mode"] == "quick" else "", out["mode"],
+                 out["generated"], (" --quick" if out["mode"] == "quick" else "")
+                 + (" --side-by-side" if out.get("side_by_side") else ""), out["mode"],
                  out["duration_s"]))
     L.append("**Machine**: %s × %s, %s GiB RAM, kernel %s, %s; %s; tandem git %s.\n" % (
         m.get("nproc"), m.get("cpu_model"), m.get("mem_total_gib"), m.get("kernel"),
         m.get("os"), m.get("sipp"), m.get("git")))
+    if out.get("side_by_side"):
+        L.append("**Side by side** (`--side-by-side`): at each load both versions ran at the same "
+                 "time, each with its own media service and SIPp callers, so that the shared "
+                 "machine's disturbances during the run fall on both.\n")
     if out["manual_version"]:
         L.append("**Hand-optimized version missing** (%s): only the contract version was "
                  "measured; the ratios are null.\n" % out["manual_version"])
@@ -1168,6 +1256,7 @@ def rereport(args):
                          and inv.get("unpaired_ok", True))
         runs[(lvl, svc)] = r
     args.quick = old.get("mode") == "quick"
+    args.side_by_side = old.get("side_by_side", False)
     args.duration = old.get("duration_s")
     args.answer_delay = old.get("media_answer_delay", args.answer_delay)
     missing = old.get("manual_version")
@@ -1188,6 +1277,12 @@ def main():
     ap.add_argument("--capacity", action="store_true", help="capacity search only")
     ap.add_argument("--compare", action="store_true", help="both versions at 80 %% and 100 %% of capacity")
     ap.add_argument("--capacity-executions", type=int, default=None, help="skip the search")
+    ap.add_argument("--aa", metavar="SERVICE", default=None,
+                    help="A/A check of the side-by-side rig: SERVICE against itself at 80 %% and "
+                         "100 %% of --capacity-executions (writes bench/results/dating-aa.*)")
+    ap.add_argument("--side-by-side", action="store_true",
+                    help="--compare runs both versions at the same time (each with its own "
+                         "media service and SIPp), so machine noise falls on both")
     ap.add_argument("--rereport", action="store_true",
                     help="rebuild bench/results/dating.* from the raw files of the last --compare")
     ap.add_argument("--capacity-start", type=int, default=40)
@@ -1231,7 +1326,9 @@ def main():
     if busy:
         log("WARNING: other SIPp/tandem processes are running and will disturb the figures:\n  "
             + "\n  ".join(busy))
-    if args.rereport:
+    if args.aa:
+        aa_check(args)
+    elif args.rereport:
         rereport(args)
     elif args.compare:
         compare(args)
