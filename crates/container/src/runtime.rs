@@ -305,9 +305,14 @@ async fn run_executor(
                 let Some(input) = input.filter(|i| !matches!(i, Input::Stop)) else { break };
                 let now = Instant::now();
                 handle(&mut core, now, input);
+                // Each input's sends leave before the next input is taken (see the UDP arm).
+                flush(&mut core, &links, now);
                 for _ in 1..BATCH {
                     match rx.try_recv() {
-                        Ok(input) => handle(&mut core, now, input),
+                        Ok(input) => {
+                            handle(&mut core, now, input);
+                            flush(&mut core, &links, now);
+                        }
                         Err(_) => break,
                     }
                 }
@@ -330,6 +335,11 @@ async fn run_executor(
                                 links.dispatcher.refuse(&msg, flow);
                             } else if executor_for(msg.call_id(), core.executors()) == core.executor() {
                                 core.on_message(now, msg, flow);
+                                // What it sent leaves now, not after the rest of the batch
+                                // and the read that finds the socket empty: a message's
+                                // forwarding delay is its own handling only (the same number
+                                // of sends either way).
+                                flush(&mut core, &links, now);
                             } else {
                                 links.dispatcher.on_message(msg, flow);
                             }
