@@ -122,10 +122,14 @@ impl CoreState {
             self.layer.send_stateless(forwarded, flow);
             return Ok(());
         };
-        if method == Method::Invite && !self.proxies.contains_key(&server_tx) {
+        let trying = method == Method::Invite && !self.proxies.contains_key(&server_tx);
+        let client_tx = self.layer.send_request(now, method.clone(), &branch, forwarded.clone(), flow);
+        // The 100 leaves after the forwarded INVITE: it only stops the caller's retransmissions
+        // (T1 = 500 ms away), while every microsecond before the INVITE leaves is call set-up
+        // delay.
+        if trying {
             self.reply(now, server_tx, msg, 100, None);
         }
-        let client_tx = self.layer.send_request(now, method.clone(), &branch, forwarded.clone(), flow);
         self.client_owner.insert(client_tx, ClientOwner::Proxy { server_tx: Some(server_tx) });
         self.server_owner.insert(server_tx, ServerOwner::Proxy);
         let context = self.proxies.entry(server_tx).or_insert_with(|| ProxyContext {
