@@ -10,6 +10,9 @@ side by side:
 
     python3 bench/capture_latency.py --rate 4000 --scenarios proxy200,kamailio200
     python3 bench/capture_latency.py --rates 2000,6000,8000,10000    # a table per rate
+    python3 bench/capture_latency.py --rates 1000,2000,4000 --rounds 3   # medians of 3 rounds
+    # two Tandem builds and Kamailio, interleaved: a scenario may name its binary after '@'
+    python3 bench/capture_latency.py --scenarios proxy200@/tmp/tandem-base,proxy200,kamailio200
 
 With several rates the servers take turns at each rate (Tandem, Kamailio, next rate), and a
 markdown table of the percentiles side by side is written next to the JSON.
@@ -27,6 +30,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import struct
 import subprocess
 import sys
@@ -99,9 +103,50 @@ def setup_delays_us(path, server_port):
     return sorted(d for d in delays if d >= 0)
 
 
-def run(args, scenario, rate):
+def server_delays_us(path, server_port):
+    """Per call, the time the INVITE and its 200 OK spent inside the server (INVITE in from the
+    caller → INVITE out to the callee, plus 200 in from the callee → 200 out to the caller, by
+    Call-ID, first of each), and the callee's time between them: what of the setup delay is
+    the server's own (reading, handling, sending, and its wake-ups) and what is SIPp's."""
+    first = {}   # (cid, event) -> timestamp
+    caller = {}
+    for ts, sport, dport, payload in packets(path):
+        if payload.startswith(b"INVITE "):
+            ev = "inv_in" if dport == server_port else "inv_out"
+        elif payload.startswith(b"SIP/2.0 200"):
+            if not (header(payload, b"cseq") or b"").endswith(b"INVITE"):
+                continue
+            ev = "ok_in" if dport == server_port else "ok_out"
+        else:
+            continue
+        cid = header(payload, b"call-id")
+        if cid is None or (cid, ev) in first:
+            continue
+        if ev == "inv_in":
+            caller[cid] = sport
+        elif ev == "ok_out" and caller.get(cid) != dport:
+            continue
+        first[(cid, ev)] = ts
+    server, invite, ok, callee = [], [], [], []
+    for cid in caller:
+        t = [first.get((cid, e)) for e in ("inv_in", "inv_out", "ok_in", "ok_out")]
+        if None in t:
+            continue
+        invite.append((t[1] - t[0]) * 1e6)
+        ok.append((t[3] - t[2]) * 1e6)
+        server.append(invite[-1] + ok[-1])
+        callee.append((t[2] - t[1]) * 1e6)
+    return sorted(server), sorted(invite), sorted(ok), sorted(callee)
+
+
+def run(args, label, rate):
+    """One step of `label`: a find_max_rate.py scenario, optionally `SCENARIO@BINARY` (another
+    tandem binary, e.g. the build before a change, measured in the same run)."""
+    scenario, _, binary = label.partition("@")
     ns = argparse.Namespace(**vars(args))
     ns.transport = "udp"
+    if binary:
+        ns.binary = os.path.abspath(binary)
     work = tempfile.mkdtemp(prefix="tandem-capture-")
     rig = fmr.Rig(ns, scenario, work)
     pcap = os.path.join(work, "client.pcap")
@@ -121,11 +166,20 @@ def run(args, scenario, rate):
             err = ""
         rig.stop()
     lat = setup_delays_us(pcap, rig.port)
+    server, invite, ok, callee = server_delays_us(pcap, rig.port)
     dropped = next((line for line in err.splitlines() if "dropped by kernel" in line), "")
+    if os.environ.get("KEEP_PCAP"):  # a directory: keep each run's capture there
+        os.makedirs(os.environ["KEEP_PCAP"], exist_ok=True)
+        shutil.copy(pcap, os.path.join(os.environ["KEEP_PCAP"], "%s-%d.pcap" % (label.replace("/", "_"), rate)))
     shutil.rmtree(work, ignore_errors=True)
     pct = {("p%s" % q).replace(".", "_"): fmr.percentile(lat, q) for q in (50, 90, 95, 99, 99.9)}
-    return {"scenario": scenario, "rate": rate, "calls": step["calls"], "success_ratio": step["success_ratio"],
-            "calls_measured": len(lat), "setup_us": pct, "sipp_p99_ms": step["p99_ms"], "tcpdump": dropped.strip(),
+    return {"scenario": label, "rate": rate, "calls": step["calls"], "success_ratio": step["success_ratio"],
+            "calls_measured": len(lat), "setup_us": pct,
+            "server_us": {k: fmr.percentile(server, q) for k, q in (("p50", 50), ("p99", 99))},
+            "server_invite_us": {k: fmr.percentile(invite, q) for k, q in (("p50", 50), ("p99", 99))},
+            "server_ok_us": {k: fmr.percentile(ok, q) for k, q in (("p50", 50), ("p99", 99))},
+            "callee_us": {k: fmr.percentile(callee, q) for k, q in (("p50", 50), ("p99", 99))},
+            "sipp_p99_ms": step["p99_ms"], "tcpdump": dropped.strip(),
             "uac_instances": step["uac_instances"], "sipp_uac_cpu_share": step["sipp_uac_cpu_share"],
             "sipp_uac_cpu_share_per_instance": step["sipp_uac_cpu_share_per_instance"],
             "setup_rate_achieved": step["setup_rate_achieved"],
@@ -135,22 +189,41 @@ def run(args, scenario, rate):
 def markdown(out, scenarios, rates):
     m = out["machine"]
     lines = ["# Setup delay from a capture of the client leg (µs), Proxy 200 over UDP", "",
-             "`python3 bench/capture_latency.py --rates %s --scenarios %s` (tandem %s). Machine: %s, %d cores, "
-             "kernel %s." % (",".join(map(str, rates)), ",".join(scenarios), out["git_rev"], m.get("cpu_model"),
+             "`python3 bench/capture_latency.py %s` (tandem %s). Machine: %s, %d cores, "
+             "kernel %s." % (" ".join(sys.argv[1:]), out["git_rev"], m.get("cpu_model"),
                              m.get("nproc", 0), m.get("kernel")), "",
              out["method"], "",
-             "| rate | server | calls measured / made | p50 | p90 | p95 | p99 | p99.9 | SIPp p99 (ms) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "Inside the server = INVITE in → INVITE out plus 200 in → 200 out (the server's reading, "
+             "handling, sending and wake-ups, per call), also given apart (INVITE / 200, p50); callee = "
+             "INVITE out → 200 in (SIPp's uas). A server named `proxy200@PATH` is another tandem binary.", "",
+             "| rate | server | calls measured / made | p50 | p90 | p95 | p99 | p99.9 | SIPp p99 (ms) "
+             "| inside the server p50 / p99 | of which INVITE / 200, p50 | callee p50 / p99 |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda v: "–" if v is None else "%.0f" % v  # noqa: E731
     for r in out["results"]:
         u = r["setup_us"]
-        lines.append("| %d | %s | %d / %d | %s | %s | %s | %s | %s | %s |" % (
+        sv, ce = r.get("server_us") or {}, r.get("callee_us") or {}
+        si, so = r.get("server_invite_us") or {}, r.get("server_ok_us") or {}
+        lines.append("| %d | %s | %d / %d | %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s / %s |" % (
             r["rate"], r["scenario"], r["calls_measured"], r["calls"], fmt(u["p50"]), fmt(u["p90"]), fmt(u["p95"]),
-            fmt(u["p99"]), fmt(u["p99_9"]), fmt(r["sipp_p99_ms"])))
-    by = {(r["scenario"], r["rate"]): r["setup_us"]["p99"] for r in out["results"]}
-    if len(scenarios) == 2:
-        a, b = scenarios
-        lines += ["", "p99 %s / %s by rate: %s" % (a, b, ", ".join(
+            fmt(u["p99"]), fmt(u["p99_9"]), fmt(r["sipp_p99_ms"]), fmt(sv.get("p50")), fmt(sv.get("p99")),
+            fmt(si.get("p50")), fmt(so.get("p50")), fmt(ce.get("p50")), fmt(ce.get("p99"))))
+    # With several rounds, the median of each (scenario, rate)'s p99 over the rounds.
+    runs = {}
+    for r in out["results"]:
+        if r["setup_us"]["p99"] is not None:
+            runs.setdefault((r["scenario"], r["rate"]), []).append(r["setup_us"]["p99"])
+    by = {k: statistics.median(v) for k, v in runs.items()}
+    rounds = out.get("rounds", 1)
+    # Every other server against the last one named (e.g. Kamailio).
+    b = scenarios[-1]
+    for a in scenarios[:-1]:
+        if rounds > 1:
+            lines += ["", "Per round, p99 %s / %s (rounds interleave the servers at each rate):" % (a, b), ""]
+            for rate in rates:
+                pa, pb = runs.get((a, rate), []), runs.get((b, rate), [])
+                lines.append("- %d calls/s: %s" % (rate, ", ".join("%.2f" % (x / y) for x, y in zip(pa, pb) if y)))
+        lines += ["", "p99 %s / %s by rate%s: %s" % (a, b, " (medians of %d rounds)" % rounds if rounds > 1 else "", ", ".join(
             "%d: %s" % (rate, "%.2f" % (by[(a, rate)] / by[(b, rate)]) if by.get((a, rate)) and by.get((b, rate)) else "–")
             for rate in rates))]
     return "\n".join(lines) + "\n"
@@ -163,6 +236,7 @@ def main(argv=None):
     ap.add_argument("--rate", type=int, default=4000)
     ap.add_argument("--rates", default="", help="comma-separated rates (overrides --rate)")
     ap.add_argument("--duration", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=1, help="repeat every (rate, server) step; the report takes medians")
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--sipp-buffer", type=int, default=4 * 1024 * 1024)
     ap.add_argument("--uac-max-rate", type=int, default=5000, help="calls/s per SIPp caller (more: several callers)")
@@ -179,22 +253,25 @@ def main(argv=None):
     rates = [int(r) for r in args.rates.split(",") if r] or [args.rate]
     scenarios = [s for s in args.scenarios.split(",") if s]
     results = []
-    for scenario, rate in ((s, r) for r in rates for s in scenarios):
+    for scenario, rate in ((s, r) for _ in range(args.rounds) for r in rates for s in scenarios):
         r = run(args, scenario, rate)
         results.append(r)
         u = r["setup_us"]
+        sv, ce = r["server_us"], r["callee_us"]
         print("%-12s %5d calls/s  measured %6d of %6d  p50 %7s  p90 %7s  p95 %7s  p99 %7s  p99.9 %7s µs  %s"
-              "  (%d SIPp caller%s, CPU %s %%)" % (
+              "  (%d SIPp caller%s, CPU %s %%)  inside the server p50 %s p99 %s, callee p50 %s p99 %s" % (
                   scenario, r["rate"], r["calls_measured"], r["calls"],
                   *("%.0f" % u[k] if u[k] is not None else "-" for k in ("p50", "p90", "p95", "p99", "p99_9")),
                   r["tcpdump"], r["uac_instances"], "" if r["uac_instances"] == 1 else "s",
-                  "+".join(fmr.pct(x) for x in r["sipp_uac_cpu_share_per_instance"])), flush=True)
+                  "+".join(fmr.pct(x) for x in r["sipp_uac_cpu_share_per_instance"]),
+                  *("%.0f" % v if v is not None else "-" for v in (sv["p50"], sv["p99"], ce["p50"], ce["p99"]))),
+              flush=True)
     out = {"machine": fmr.machine(), "git_rev": fmr.git_rev(), "method": __doc__.split("\n\n")[1].replace("\n", " "),
-           "results": results}
+           "rounds": args.rounds, "results": results}
     with open(args.json, "w") as f:
         json.dump(out, f, indent=1)
     print("wrote", os.path.relpath(args.json, REPO))
-    if len(rates) > 1:
+    if len(rates) > 1 or args.rounds > 1:
         md = os.path.splitext(args.json)[0] + ".md"
         with open(md, "w") as f:
             f.write(markdown(out, scenarios, rates))
