@@ -8,6 +8,7 @@
 # SIPp plays Complete, Early Bye and Complete calls at 20 calls/s, N calls each, for N = 100 and
 # N = 300; the slope between the two runs (instructions / messages) removes start-up costs.
 # KEEP=1 keeps the callgrind outputs (cg-SERVICE-N.out) for callgrind_annotate.
+# SETS="K=V ..." passes each K=V to the measured tandem as --set (e.g. SETS=negotiator.dating=global).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-target/release/tandem}
@@ -19,6 +20,9 @@ port() { python3 -c 'import socket;s=socket.socket(socket.AF_INET,socket.SOCK_DG
 work=$(mktemp -d /tmp/tandem-instructions.XXXXXX)
 trap '[ -n "${KEEP:-}" ] && echo "callgrind outputs kept in $work" >&2 || rm -rf "$work"' EXIT
 
+extra_sets=()
+for kv in ${SETS:-}; do extra_sets+=(--set "$kv"); done
+
 # prints "messages instructions"
 measure() {
     local svc=$1 calls=$2 mp ma dp da sp media dating
@@ -28,7 +32,7 @@ measure() {
     media=$!
     valgrind --tool=callgrind --callgrind-out-file="$work/cg-$svc-$calls.out" "$BIN" run --listen udp:127.0.0.1:$dp \
         --admin 127.0.0.1:$da --service "$svc" --set dating.media=127.0.0.1:$mp \
-        --set container.executors=2 >"$work/dating.log" 2>&1 &
+        --set container.executors=2 ${extra_sets[@]+"${extra_sets[@]}"} >"$work/dating.log" 2>&1 &
     dating=$!
     for _ in $(seq 120); do curl -sf 127.0.0.1:$da/metrics >/dev/null && break; sleep 0.5; done
     for s in complete early_bye complete; do
