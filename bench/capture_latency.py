@@ -13,6 +13,7 @@ side by side:
     python3 bench/capture_latency.py --rates 1000,2000,4000 --rounds 3   # medians of 3 rounds
     # two Tandem builds and Kamailio, interleaved: a scenario may name its binary after '@'
     python3 bench/capture_latency.py --scenarios proxy200@/tmp/tandem-base,proxy200,kamailio200
+    KEEP_PCAP=/tmp/pcaps python3 bench/capture_latency.py ...   # keep each step's capture there
 
 With several rates the servers take turns at each rate (Tandem, Kamailio, next rate), and a
 markdown table of the percentiles side by side is written next to the JSON.
@@ -186,11 +187,11 @@ def run(args, label, rate):
             "generator_reached_rate": step["generator_reached_rate"]}
 
 
-def markdown(out, scenarios, rates):
+def markdown(out, scenarios, rates, argv):
     m = out["machine"]
     lines = ["# Setup delay from a capture of the client leg (µs), Proxy 200 over UDP", "",
              "`python3 bench/capture_latency.py %s` (tandem %s). Machine: %s, %d cores, "
-             "kernel %s." % (" ".join(sys.argv[1:]), out["git_rev"], m.get("cpu_model"),
+             "kernel %s." % (" ".join(argv), out["git_rev"], m.get("cpu_model"),
                              m.get("nproc", 0), m.get("kernel")), "",
              out["method"], "",
              "Inside the server = INVITE in → INVITE out plus 200 in → 200 out (the server's reading, "
@@ -274,7 +275,7 @@ def main(argv=None):
     if len(rates) > 1 or args.rounds > 1:
         md = os.path.splitext(args.json)[0] + ".md"
         with open(md, "w") as f:
-            f.write(markdown(out, scenarios, rates))
+            f.write(markdown(out, scenarios, rates, sys.argv[1:] if argv is None else argv))
         print("wrote", os.path.relpath(md, REPO))
     return 0
 
