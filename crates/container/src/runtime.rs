@@ -228,7 +228,8 @@ impl Container {
     }
 }
 
-/// How many queued inputs an executor handles before it flushes and checks its timers.
+/// How many queued inputs (or datagrams) an executor handles before it checks its timers and
+/// the work other executors posted; what each input sends is flushed right after it.
 const BATCH: usize = 64;
 
 /// How often an executor publishes its counters (transactions, retransmissions) for metrics.
