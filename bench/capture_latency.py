@@ -87,28 +87,13 @@ def header(payload, name):
     return None
 
 
-def setup_delays_us(path, server_port):
-    invites, delays = {}, []
-    for ts, sport, dport, payload in packets(path):
-        if dport == server_port and payload.startswith(b"INVITE "):
-            cid = header(payload, b"call-id")
-            if cid is not None and cid not in invites:
-                invites[cid] = (ts, sport)
-        elif sport == server_port and payload.startswith(b"SIP/2.0 200"):
-            cseq = header(payload, b"cseq") or b""
-            cid = header(payload, b"call-id")
-            start = invites.get(cid)
-            if cseq.endswith(b"INVITE") and start and dport == start[1]:
-                delays.append((ts - start[0]) * 1e6)
-                invites[cid] = (float("inf"), -1)  # count the first 200 only
-    return sorted(d for d in delays if d >= 0)
-
-
-def server_delays_us(path, server_port):
-    """Per call, the time the INVITE and its 200 OK spent inside the server (INVITE in from the
-    caller → INVITE out to the callee, plus 200 in from the callee → 200 out to the caller, by
-    Call-ID, first of each), and the callee's time between them: what of the setup delay is
-    the server's own (reading, handling, sending, and its wake-ups) and what is SIPp's."""
+def call_times_us(path, server_port):
+    """Per call (by Call-ID, the first of each message), in microseconds, each list sorted:
+    `setup`, the caller's INVITE in → the server's 200 OK (CSeq INVITE) out to that caller;
+    `server`, the time the INVITE and its 200 spent inside the server (INVITE in → INVITE out
+    to the callee, plus 200 in from the callee → 200 out), also apart as `invite` and `ok`; and
+    `callee`, INVITE out → 200 in: what of the setup delay is the server's own (reading,
+    handling, sending, and its wake-ups) and what is SIPp's."""
     first = {}   # (cid, event) -> timestamp
     caller = {}
     for ts, sport, dport, payload in packets(path):
@@ -128,16 +113,18 @@ def server_delays_us(path, server_port):
         elif ev == "ok_out" and caller.get(cid) != dport:
             continue
         first[(cid, ev)] = ts
-    server, invite, ok, callee = [], [], [], []
+    times = {k: [] for k in ("setup", "server", "invite", "ok", "callee")}
     for cid in caller:
         t = [first.get((cid, e)) for e in ("inv_in", "inv_out", "ok_in", "ok_out")]
+        if t[3] is not None and t[3] >= t[0]:
+            times["setup"].append((t[3] - t[0]) * 1e6)
         if None in t:
             continue
-        invite.append((t[1] - t[0]) * 1e6)
-        ok.append((t[3] - t[2]) * 1e6)
-        server.append(invite[-1] + ok[-1])
-        callee.append((t[2] - t[1]) * 1e6)
-    return sorted(server), sorted(invite), sorted(ok), sorted(callee)
+        times["invite"].append((t[1] - t[0]) * 1e6)
+        times["ok"].append((t[3] - t[2]) * 1e6)
+        times["server"].append(times["invite"][-1] + times["ok"][-1])
+        times["callee"].append((t[2] - t[1]) * 1e6)
+    return {k: sorted(v) for k, v in times.items()}
 
 
 def run(args, label, rate):
@@ -166,8 +153,8 @@ def run(args, label, rate):
         else:
             err = ""
         rig.stop()
-    lat = setup_delays_us(pcap, rig.port)
-    server, invite, ok, callee = server_delays_us(pcap, rig.port)
+    times = call_times_us(pcap, rig.port)
+    lat = times["setup"]
     dropped = next((line for line in err.splitlines() if "dropped by kernel" in line), "")
     if os.environ.get("KEEP_PCAP"):  # a directory: keep each run's capture there
         os.makedirs(os.environ["KEEP_PCAP"], exist_ok=True)
@@ -176,10 +163,9 @@ def run(args, label, rate):
     pct = {("p%s" % q).replace(".", "_"): fmr.percentile(lat, q) for q in (50, 90, 95, 99, 99.9)}
     return {"scenario": label, "rate": rate, "calls": step["calls"], "success_ratio": step["success_ratio"],
             "calls_measured": len(lat), "setup_us": pct,
-            "server_us": {k: fmr.percentile(server, q) for k, q in (("p50", 50), ("p99", 99))},
-            "server_invite_us": {k: fmr.percentile(invite, q) for k, q in (("p50", 50), ("p99", 99))},
-            "server_ok_us": {k: fmr.percentile(ok, q) for k, q in (("p50", 50), ("p99", 99))},
-            "callee_us": {k: fmr.percentile(callee, q) for k, q in (("p50", 50), ("p99", 99))},
+            **{name: {k: fmr.percentile(times[part], q) for k, q in (("p50", 50), ("p99", 99))}
+               for name, part in (("server_us", "server"), ("server_invite_us", "invite"),
+                                  ("server_ok_us", "ok"), ("callee_us", "callee"))},
             "sipp_p99_ms": step["p99_ms"], "tcpdump": dropped.strip(),
             "uac_instances": step["uac_instances"], "sipp_uac_cpu_share": step["sipp_uac_cpu_share"],
             "sipp_uac_cpu_share_per_instance": step["sipp_uac_cpu_share_per_instance"],

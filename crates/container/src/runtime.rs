@@ -305,15 +305,10 @@ async fn run_executor(
             input = rx.recv() => {
                 let Some(input) = input.filter(|i| !matches!(i, Input::Stop)) else { break };
                 let now = Instant::now();
-                handle(&mut core, now, input);
-                // Each input's sends leave before the next input is taken (see the UDP arm).
-                flush(&mut core, &links, now);
+                handle(&mut core, &links, now, input);
                 for _ in 1..BATCH {
                     match rx.try_recv() {
-                        Ok(input) => {
-                            handle(&mut core, now, input);
-                            flush(&mut core, &links, now);
-                        }
+                        Ok(input) => handle(&mut core, &links, now, input),
                         Err(_) => break,
                     }
                 }
@@ -403,12 +398,15 @@ fn after_batch(core: &mut Core, posts: &mut mpsc::UnboundedReceiver<PostMsg>, li
     flush(core, links, now);
 }
 
-fn handle(core: &mut Core, now: Instant, input: Input) {
+/// Handles one queued input; what it sent leaves before the next input is taken (as in the
+/// UDP arm).
+fn handle(core: &mut Core, links: &Links, now: Instant, input: Input) {
     match input {
         Input::Message(msg, flow) => core.on_message(now, msg, flow),
         Input::FlowClosed(flow) => core.on_flow_closed(now, flow),
         Input::Stop => {}
     }
+    flush(core, links, now);
 }
 
 fn flush(core: &mut Core, links: &Links, now: Instant) {
