@@ -16,6 +16,11 @@ pub struct ContainerConfig {
     /// 503; everything else, which may finish work in progress, is still handled.
     #[serde(with = "humantime_serde")]
     pub overload_delay: Duration,
+    /// Where executors read UDP themselves: an executor that reads exactly one UDP socket does
+    /// it with blocking reads on a thread of its own (one system call per datagram, no
+    /// readiness polling), woken for other work by a doorbell datagram; false keeps it on the
+    /// async runtime (readiness through epoll). See decision 0003, "Blocking reads".
+    pub blocking_udp: bool,
     /// An application session with no activity for this long is invalidated.
     #[serde(with = "humantime_serde")]
     pub app_session_expiry: Duration,
@@ -43,6 +48,7 @@ impl Default for ContainerConfig {
             executors: 0,
             queue_capacity: 16_384,
             overload_delay: Duration::from_millis(200),
+            blocking_udp: true,
             app_session_expiry: Duration::from_secs(300),
             max_app_sessions: 1_000_000,
             max_transactions: 500_000,

@@ -11,10 +11,11 @@ use crate::service::Service;
 use crate::store::SessionStore;
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tandem_sip::{Flow, Message, Method, ParseError, ResponseBuilder};
-use tandem_transport::{ListenSpec, Protocol, Received, Sink, TransportConfig, Transports, UdpReceiver};
+use tandem_transport::{BlockingUdpReceiver, Doorbell, ListenSpec, Protocol, Received, Sink, TransportConfig, Transports, UdpReceiver};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -44,12 +45,38 @@ pub struct Container {
     executors: Vec<JoinHandle<()>>,
     inboxes: Vec<mpsc::Sender<Input>>,
     services: Arc<Services>,
+    wakers: Arc<Wakers>,
+}
+
+/// How work queued for an executor reaches it: a task on the runtime is woken by its queue;
+/// an executor blocked in a UDP read (`container.blocking_udp`) by its doorbell.
+#[derive(Default)]
+struct Wakers {
+    bells: OnceLock<Vec<Option<Arc<Doorbell>>>>,
+    /// Blocking executors stop at their next wake-up (the container was dropped).
+    stopping: AtomicBool,
+}
+
+impl Wakers {
+    /// After queueing work for `executor`.
+    fn ring(&self, executor: usize) {
+        if let Some(Some(bell)) = self.bells.get().and_then(|b| b.get(executor)) {
+            bell.ring();
+        }
+    }
+
+    fn ring_all(&self) {
+        for bell in self.bells.get().into_iter().flatten().flatten() {
+            bell.ring();
+        }
+    }
 }
 
 struct Dispatcher {
     inboxes: Vec<mpsc::Sender<Input>>,
     metrics: Arc<Metrics>,
     transports: OnceLock<Transports>,
+    wakers: Arc<Wakers>,
 }
 
 impl Dispatcher {
@@ -80,7 +107,7 @@ impl Sink for Dispatcher {
     fn on_message(&self, msg: Message, flow: Flow) {
         let executor = executor_for(msg.call_id(), self.inboxes.len() as u16) as usize;
         let Err(err) = self.inboxes[executor].try_send(Input::Message(msg, flow)) else {
-            return;
+            return self.wakers.ring(executor);
         };
         let (mpsc::error::TrySendError::Full(Input::Message(msg, flow)) | mpsc::error::TrySendError::Closed(Input::Message(msg, flow))) =
             err
@@ -98,8 +125,10 @@ impl Sink for Dispatcher {
     }
 
     fn on_flow_closed(&self, flow: Flow) {
-        for inbox in &self.inboxes {
-            let _ = inbox.try_send(Input::FlowClosed(flow));
+        for (executor, inbox) in self.inboxes.iter().enumerate() {
+            if inbox.try_send(Input::FlowClosed(flow)).is_ok() {
+                self.wakers.ring(executor);
+            }
         }
     }
 }
@@ -128,7 +157,13 @@ impl Container {
         let metrics = Arc::new(Metrics::new(executors));
         let store = Arc::new(SessionStore::default());
         let (senders, receivers): (Vec<_>, Vec<_>) = (0..executors).map(|_| mpsc::channel(config.queue_capacity.max(1))).unzip();
-        let dispatcher = Arc::new(Dispatcher { inboxes: senders.clone(), metrics: metrics.clone(), transports: OnceLock::new() });
+        let wakers = Arc::new(Wakers::default());
+        let dispatcher = Arc::new(Dispatcher {
+            inboxes: senders.clone(),
+            metrics: metrics.clone(),
+            transports: OnceLock::new(),
+            wakers: wakers.clone(),
+        });
         let transports = Transports::bind(listen, transport, dispatcher.clone()).await?;
         let _ = dispatcher.transports.set(transports.clone());
         let bound: Vec<_> = transports.local_addrs().into_iter().map(|(p, a)| (p.transport(), a)).collect();
@@ -145,8 +180,21 @@ impl Container {
         for (j, receiver) in transports.take_udp_receivers().into_iter().enumerate() {
             udp[j % executors].push(receiver);
         }
+        // An executor reading exactly one socket can block in that read (with more, it would
+        // need to wait on several: readiness polling again).
+        let mut blocking: Vec<Option<BlockingUdpReceiver>> = Vec::with_capacity(executors);
+        for receivers in &mut udp {
+            blocking.push(match receivers.len() {
+                1 if config.blocking_udp => match receivers.pop() {
+                    Some(r) => Some(r.into_blocking()?),
+                    None => None,
+                },
+                _ => None,
+            });
+        }
+        let _ = wakers.bells.set(blocking.iter().map(|b| b.as_ref().map(BlockingUdpReceiver::doorbell)).collect());
         let mut tasks = Vec::new();
-        for (((index, rx), posts_rx), udp) in receivers.into_iter().enumerate().zip(post_receivers).zip(udp) {
+        for ((((index, rx), posts_rx), udp), blocking) in receivers.into_iter().enumerate().zip(post_receivers).zip(udp).zip(blocking) {
             let mut rng = ChaCha20Rng::seed_from_u64(root_seed);
             rng.set_stream(index as u64);
             let mut core = Core::new(CoreParts {
@@ -160,16 +208,33 @@ impl Container {
                 services: services.clone(),
                 ids: IdSource::new(rng),
             });
-            core.set_reentry(Arc::new(PostReentry(post_senders.clone())));
+            core.set_reentry(Arc::new(PostReentry(post_senders.clone(), wakers.clone())));
             let links = Links {
                 transports: transports.clone(),
                 posts: post_senders.clone(),
                 dispatcher: dispatcher.clone(),
                 overload_delay: config.overload_delay,
+                wakers: wakers.clone(),
             };
-            tasks.push(tokio::spawn(run_executor(core, rx, posts_rx, udp, links)));
+            let Some(receiver) = blocking else {
+                tasks.push(tokio::spawn(run_executor(core, rx, posts_rx, udp, links)));
+                continue;
+            };
+            // A thread of its own, not the runtime's blocking pool: dropping the runtime must
+            // not wait for it. It enters the runtime for what services start there (database
+            // queries, connections), and says when it ended through `done`.
+            let runtime = tokio::runtime::Handle::current();
+            let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+            std::thread::Builder::new().name(format!("tandem-executor-{index}")).spawn(move || {
+                let _entered = runtime.enter();
+                run_blocking_executor(core, rx, posts_rx, receiver, links);
+                let _ = done_tx.send(());
+            })?;
+            tasks.push(tokio::spawn(async move {
+                let _ = done_rx.await;
+            }));
         }
-        Ok(Container { store, metrics, transports, executors: tasks, inboxes: senders, services })
+        Ok(Container { store, metrics, transports, executors: tasks, inboxes: senders, services, wakers })
     }
 
     pub fn local_addrs(&self) -> Vec<(Protocol, std::net::SocketAddr)> {
@@ -215,12 +280,13 @@ impl Container {
     }
 
     /// Stops listening, lets executors finish what is queued, and stops them.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
         self.transports.shutdown();
-        for inbox in &self.inboxes {
+        for (executor, inbox) in self.inboxes.iter().enumerate() {
             let _ = tokio::time::timeout(Duration::from_secs(1), inbox.send(Input::Stop)).await;
+            self.wakers.ring(executor);
         }
-        for task in self.executors {
+        for task in std::mem::take(&mut self.executors) {
             if tokio::time::timeout(Duration::from_secs(2), task).await.is_err() {
                 tracing::warn!("executor did not stop in time");
             }
@@ -239,13 +305,24 @@ type PostMsg = (crate::ServiceId, crate::Post);
 
 /// Completions enter an executor through the same unbounded queue as posts: they are
 /// bounded by the work services started (a database pool's size, for instance).
-struct PostReentry(Arc<Vec<mpsc::UnboundedSender<PostMsg>>>);
+struct PostReentry(Arc<Vec<mpsc::UnboundedSender<PostMsg>>>, Arc<Wakers>);
 
 impl crate::Reentry for PostReentry {
     fn post(&self, executor: u16, service: crate::ServiceId, work: crate::Post) {
         if let Some(tx) = self.0.get(executor as usize) {
-            let _ = tx.send((service, work));
+            if tx.send((service, work)).is_ok() {
+                self.1.ring(executor as usize);
+            }
         }
+    }
+}
+
+impl Drop for Container {
+    /// Executors on threads of their own are not stopped with the runtime: without
+    /// [`Container::shutdown`], they stop here.
+    fn drop(&mut self) {
+        self.wakers.stopping.store(true, Ordering::SeqCst);
+        self.wakers.ring_all();
     }
 }
 
@@ -255,6 +332,7 @@ struct Links {
     /// Hands a message this executor read to the executor owning its Call-ID.
     dispatcher: Arc<Dispatcher>,
     overload_delay: Duration,
+    wakers: Arc<Wakers>,
 }
 
 /// Ready with the index of a UDP receiver that may have a datagram; pending (with the task's
@@ -379,6 +457,105 @@ async fn run_executor(
     core.publish_stats();
 }
 
+/// The longest a blocking executor waits in a read while a deadline is near: timers fire up
+/// to this late when no datagram comes (under load, at the next datagram). A constant, so
+/// that a busy executor, whose next deadline is always near, never changes the socket's
+/// read timeout (a system call).
+const TICK: Duration = Duration::from_millis(2);
+
+/// How long a blocking executor may wait in its read before `deadline` needs it: [`TICK`]
+/// when it is near; else a whole number of 100 ms (the timeout then changes at most ten
+/// times a second), and at most a second, so that an idle executor still looks at its
+/// queues now and then.
+fn read_timeout(deadline: Option<Instant>, now: Instant) -> Duration {
+    const STEP: Duration = Duration::from_millis(100);
+    const MAX: Duration = Duration::from_secs(1);
+    let Some(left) = deadline.map(|d| d.saturating_duration_since(now)) else { return MAX };
+    if left < STEP {
+        return TICK;
+    }
+    (STEP * (left.as_millis() / STEP.as_millis()) as u32).min(MAX)
+}
+
+/// One read in this many asks for the datagram's arrival time (`recvmsg`, dearer than
+/// `recvfrom`), to find out whether the executor is behind.
+const SAMPLE: u32 = 16;
+
+/// The executor loop of `run_executor`, on a thread of its own that blocks reading its one
+/// UDP socket: one system call per datagram, where readiness polling takes a wake-up
+/// (`epoll_wait`) and a read that finds the socket empty for each datagram that arrives
+/// alone. Queued inputs and posts wake it through the socket's doorbell.
+fn run_blocking_executor(
+    mut core: Core,
+    mut rx: mpsc::Receiver<Input>,
+    mut posts: mpsc::UnboundedReceiver<PostMsg>,
+    mut udp: BlockingUdpReceiver,
+    links: Links,
+) {
+    let bell = udp.doorbell();
+    let overload_delay = links.overload_delay;
+    let mut last_publish = Instant::now();
+    let mut dirty = false;
+    // Behind: a sampled datagram waited more than half the overload delay in the socket.
+    // Every read then asks for the arrival time, and new calls that waited too long are
+    // refused, until a datagram is read that waited less.
+    let mut behind = false;
+    let mut since_sample = SAMPLE;
+    let mut now = Instant::now();
+    'run: loop {
+        if links.wakers.stopping.load(Ordering::Relaxed) {
+            break;
+        }
+        for _ in 0..BATCH {
+            match rx.try_recv() {
+                Ok(Input::Stop) | Err(mpsc::error::TryRecvError::Disconnected) => break 'run,
+                Ok(input) => {
+                    handle(&mut core, &links, now, input);
+                    dirty = true;
+                }
+                Err(mpsc::error::TryRecvError::Empty) => break,
+            }
+        }
+        // Timers and posts, as after a batch on the runtime.
+        after_batch(&mut core, &mut posts, &links, now);
+        if dirty && now.saturating_duration_since(last_publish) >= PUBLISH {
+            core.publish_stats();
+            last_publish = now;
+            dirty = false;
+        }
+        let publish_at = dirty.then(|| last_publish + PUBLISH);
+        let deadline = [core.next_deadline(), publish_at].into_iter().flatten().min();
+        bell.fall_asleep();
+        if !rx.is_empty() || !posts.is_empty() || deadline.is_some_and(|d| d <= now) {
+            bell.wake_up();
+            now = Instant::now();
+            continue;
+        }
+        let sampled = behind || since_sample >= SAMPLE;
+        since_sample = if sampled { 0 } else { since_sample + 1 };
+        let received = udp.recv(sampled, Some(read_timeout(deadline, now)));
+        bell.wake_up();
+        now = Instant::now();
+        let Received::Message(msg, flow, arrived) = received else { continue };
+        dirty = true;
+        let mut late = false;
+        if let (true, Some(arrived)) = (sampled, arrived) {
+            let waited = std::time::SystemTime::now().duration_since(arrived).unwrap_or_default();
+            behind = waited > overload_delay / 2;
+            late = waited > overload_delay;
+        }
+        if late && is_new_call(&msg) {
+            links.dispatcher.refuse(&msg, flow);
+        } else if executor_for(msg.call_id(), core.executors()) == core.executor() {
+            core.on_message(now, msg, flow);
+            flush(&mut core, &links, now);
+        } else {
+            links.dispatcher.on_message(msg, flow);
+        }
+    }
+    core.publish_stats();
+}
+
 /// After a batch of inputs: what a busy executor must not leave waiting, then the sends.
 fn after_batch(core: &mut Core, posts: &mut mpsc::UnboundedReceiver<PostMsg>, links: &Links, now: Instant) {
     // Under sustained load the input never runs dry: fire due timers here too.
@@ -425,8 +602,28 @@ fn flush(core: &mut Core, links: &Links, now: Instant) {
             if executor == core.executor() {
                 core.run_post(now, service, work);
             } else if let Some(tx) = links.posts.get(executor as usize) {
-                let _ = tx.send((service, work));
+                if tx.send((service, work)).is_ok() {
+                    links.wakers.ring(executor as usize);
+                }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_timeouts_tick_near_a_deadline_and_step_far_from_it() {
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        assert_eq!(read_timeout(None, now), ms(1000), "idle: a look at the queues every second");
+        assert_eq!(read_timeout(Some(now), now), TICK);
+        assert_eq!(read_timeout(Some(now + ms(99)), now), TICK);
+        // Rounded down: the wake-up never comes after the deadline by more than a tick.
+        assert_eq!(read_timeout(Some(now + ms(150)), now), ms(100));
+        assert_eq!(read_timeout(Some(now + ms(999)), now), ms(900));
+        assert_eq!(read_timeout(Some(now + ms(30_000)), now), ms(1000));
     }
 }

@@ -3,27 +3,69 @@
 //! `container.overload_delay` is refused with 503 and Retry-After; calls that did not wait
 //! that long are served, and other requests are never shed.
 //!
-//! The burst is sent from the test's own thread on a current-thread runtime, so the executor
-//! task cannot run until all of it is waiting in the socket: it then reads a first batch
-//! without arrival times, finds more waiting, and reads the rest with them.
+//! On the runtime (`container.blocking_udp` = false), the burst is sent from the test's own
+//! thread on a current-thread runtime, so the executor task cannot run until all of it is
+//! waiting in the socket: it then reads a first batch without arrival times, finds more
+//! waiting, and reads the rest with them. An executor blocking in its reads runs on a thread
+//! of its own: there the service stalls on the burst's first request, as a busy executor
+//! would, while the rest of the burst queues behind it.
 
 use std::collections::HashMap;
 use std::net::UdpSocket;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tandem_container::{Container, ContainerConfig, ContainerSettings, RouteRule};
+use tandem_container::{Container, ContainerConfig, ContainerSettings, Context, Request, ResponseEvent, RouteRule, Service, SessionId};
 use tandem_services::{Uas, UasConfig};
 use tandem_sip::{parse_datagram, ParseLimits};
 use tandem_transport::TransportConfig;
 
 const BURST: usize = 300;
 
-async fn burst(method: &str, overload_delay: Duration) -> HashMap<u16, usize> {
+/// The UAS, whose first request keeps the executor busy for 300 ms.
+struct StallsFirst {
+    uas: Uas,
+    stalled: std::sync::atomic::AtomicBool,
+}
+
+impl Service for StallsFirst {
+    fn on_request(&self, ctx: &mut Context<'_>, req: &Request<'_>) {
+        if !self.stalled.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        self.uas.on_request(ctx, req)
+    }
+
+    fn on_response(&self, ctx: &mut Context<'_>, session: SessionId, response: ResponseEvent<'_>) {
+        self.uas.on_response(ctx, session, response)
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Reads {
+    /// The executor task polls the socket on the runtime.
+    Polled,
+    /// The executor thread blocks in its reads.
+    Blocking,
+}
+
+impl Reads {
+    fn name(self) -> &'static str {
+        match self {
+            Reads::Polled => "polled reads",
+            Reads::Blocking => "blocking reads",
+        }
+    }
+}
+
+async fn burst(method: &str, overload_delay: Duration, reads: Reads) -> HashMap<u16, usize> {
     let settings = ContainerSettings {
-        container: ContainerConfig { executors: 1, overload_delay, ..Default::default() },
+        container: ContainerConfig { executors: 1, overload_delay, blocking_udp: reads == Reads::Blocking, ..Default::default() },
         routes: vec![RouteRule::catch_all("uas")],
     };
-    let uas = Arc::new(Uas::new(&UasConfig::default()));
+    let uas: Arc<dyn Service> = match reads {
+        Reads::Polled => Arc::new(Uas::new(&UasConfig::default())),
+        Reads::Blocking => Arc::new(StallsFirst { uas: Uas::new(&UasConfig::default()), stalled: Default::default() }),
+    };
     let transport = TransportConfig { udp_readers: 0, ..Default::default() };
     let container = Container::start(settings, vec![("uas".into(), uas)], &["udp:127.0.0.1:0".parse().unwrap()], transport).await.unwrap();
     let server = container.local_addrs()[0].1;
@@ -72,22 +114,30 @@ async fn burst(method: &str, overload_delay: Duration) -> HashMap<u16, usize> {
 
 #[tokio::test(flavor = "current_thread")]
 async fn new_calls_that_waited_too_long_are_refused_with_503() {
-    let statuses = burst("INVITE", Duration::ZERO).await;
-    assert!(statuses.get(&503).copied().unwrap_or(0) > 0, "the late part of the burst was refused: {statuses:?}");
-    assert!(statuses.get(&200).copied().unwrap_or(0) > 0, "the first batch was served: {statuses:?}");
-    assert_eq!(statuses.len(), 2, "only 200s and 503s: {statuses:?}");
+    // Polled: the first batch is read without arrival times, the rest all waited. Blocking:
+    // the first request stalls the executor for 300 ms, longer than the delay.
+    for (reads, delay) in [(Reads::Polled, Duration::ZERO), (Reads::Blocking, Duration::from_millis(100))] {
+        let statuses = burst("INVITE", delay, reads).await;
+        assert!(statuses.get(&503).copied().unwrap_or(0) > 0, "the late part of the burst was refused ({}): {statuses:?}", reads.name());
+        assert!(statuses.get(&200).copied().unwrap_or(0) > 0, "the first batch was served: {statuses:?}");
+        assert_eq!(statuses.len(), 2, "only 200s and 503s: {statuses:?}");
+    }
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_burst_of_calls_within_the_overload_delay_is_served() {
-    let statuses = burst("INVITE", Duration::from_secs(30)).await;
-    assert_eq!(statuses.get(&200).copied(), Some(BURST), "nothing refused: {statuses:?}");
+    for reads in [Reads::Polled, Reads::Blocking] {
+        let statuses = burst("INVITE", Duration::from_secs(30), reads).await;
+        assert_eq!(statuses.get(&200).copied(), Some(BURST), "nothing refused: {statuses:?}");
+    }
 }
 
 /// Out-of-dialog requests other than INVITE may continue work in progress (the dating
 /// service's MESSAGEs): they are handled however late.
 #[tokio::test(flavor = "current_thread")]
 async fn other_requests_are_not_shed() {
-    let statuses = burst("OPTIONS", Duration::ZERO).await;
-    assert_eq!(statuses.get(&200).copied(), Some(BURST), "nothing refused: {statuses:?}");
+    for reads in [Reads::Polled, Reads::Blocking] {
+        let statuses = burst("OPTIONS", Duration::ZERO, reads).await;
+        assert_eq!(statuses.get(&200).copied(), Some(BURST), "nothing refused: {statuses:?}");
+    }
 }

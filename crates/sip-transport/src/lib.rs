@@ -41,7 +41,7 @@ pub use spec::{ListenSpec, Protocol, SpecError};
 pub use tls::{certificates_from_pem, client_config, server_config, TlsError};
 /// The rustls crate this transport is built with (for building configurations by hand).
 pub use tokio_rustls::rustls;
-pub use udp::{Received, UdpReceiver};
+pub use udp::{BlockingUdpReceiver, Doorbell, Received, UdpReceiver};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -51,7 +51,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tandem_sip::{Flow, Message, ParseError, ParseLimits, Transport};
-use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -190,8 +189,8 @@ pub(crate) struct Inner {
 pub(crate) struct Listener {
     pub protocol: Protocol,
     pub local: SocketAddr,
-    pub udp: Option<Arc<UdpSocket>>,
-    /// The same UDP socket, for sending (see `udp::bind`).
+    /// The UDP socket, for sending (see `udp::bind`); its reading handle goes to the reader
+    /// tasks or the owner's [`UdpReceiver`].
     pub udp_sender: Option<std::net::UdpSocket>,
 }
 
@@ -252,6 +251,7 @@ impl Transports {
     pub async fn bind(specs: &[ListenSpec], config: TransportConfig, sink: Arc<dyn Sink>) -> std::io::Result<Transports> {
         let mut listeners = Vec::new();
         let mut tcp_sockets = Vec::new();
+        let mut udp_sockets = Vec::new();
         let acceptor = tls::acceptor(&config.tls);
         let tls_connector = tls::connector(&config.tls);
         for spec in specs {
@@ -259,7 +259,8 @@ impl Transports {
                 Protocol::Udp => {
                     let (socket, sender) = udp::bind(spec.addr, config.udp_socket_buffer_bytes, config.udp_readers == 0)?;
                     let local = socket.local_addr()?;
-                    listeners.push(Listener { protocol: Protocol::Udp, local, udp: Some(Arc::new(socket)), udp_sender: Some(sender) });
+                    listeners.push(Listener { protocol: Protocol::Udp, local, udp_sender: Some(sender) });
+                    udp_sockets.push((listeners.len() - 1, socket));
                 }
                 Protocol::InProc => {
                     if config.in_process.is_none() {
@@ -268,12 +269,12 @@ impl Transports {
                             format!("listener {spec} needs an in-process hub (TransportConfig::in_process)"),
                         ));
                     }
-                    listeners.push(Listener { protocol: Protocol::InProc, local: spec.addr, udp: None, udp_sender: None });
+                    listeners.push(Listener { protocol: Protocol::InProc, local: spec.addr, udp_sender: None });
                 }
                 Protocol::Tcp | Protocol::Ws => {
                     let listener = tcp::bind(spec.addr)?;
                     let local = listener.local_addr()?;
-                    listeners.push(Listener { protocol: spec.protocol, local, udp: None, udp_sender: None });
+                    listeners.push(Listener { protocol: spec.protocol, local, udp_sender: None });
                     tcp_sockets.push((listeners.len() - 1, listener, None));
                 }
                 Protocol::Tls | Protocol::Wss => {
@@ -285,7 +286,7 @@ impl Transports {
                     };
                     let listener = tcp::bind(spec.addr)?;
                     let local = listener.local_addr()?;
-                    listeners.push(Listener { protocol: spec.protocol, local, udp: None, udp_sender: None });
+                    listeners.push(Listener { protocol: spec.protocol, local, udp_sender: None });
                     tcp_sockets.push((listeners.len() - 1, listener, Some(acceptor)));
                 }
             }
@@ -312,14 +313,16 @@ impl Transports {
             }
         }
         let mut tasks = Vec::new();
-        for (index, listener) in inner.listeners.iter().enumerate() {
-            if let Some(socket) = &listener.udp {
-                if inner.config.udp_readers == 0 {
-                    inner.udp_receivers.lock().push(UdpReceiver::new(inner.clone(), socket.clone(), index as u16));
-                }
-                for _ in 0..inner.config.udp_readers {
-                    tasks.push(tokio::spawn(udp::read_loop(inner.clone(), socket.clone(), index as u16)));
-                }
+        for (index, socket) in udp_sockets {
+            // The receiver holds the only reading handle, so that it can take the socket out
+            // of the reactor (`UdpReceiver::into_blocking`).
+            if inner.config.udp_readers == 0 {
+                inner.udp_receivers.lock().push(UdpReceiver::new(inner.clone(), socket, index as u16));
+                continue;
+            }
+            let socket = Arc::new(socket);
+            for _ in 0..inner.config.udp_readers {
+                tasks.push(tokio::spawn(udp::read_loop(inner.clone(), socket.clone(), index as u16)));
             }
         }
         for (index, listener, acceptor) in tcp_sockets {

@@ -691,3 +691,50 @@ async fn udp_read_by_the_owner() {
     assert!(matches!(receiver.try_recv(true), Received::Empty));
     t.shutdown();
 }
+
+/// A receiver switched to blocking reads: a datagram is read in one call, the read waits no
+/// longer than its timeout, the doorbell wakes a reader blocked without a datagram, the
+/// doorbell's own datagram is not a message, and the socket still sends (without blocking).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_blocking_reads_wake_on_the_doorbell() {
+    let (t, sink) = start(TransportConfig { udp_readers: 0, ..Default::default() }).await;
+    let server = t.local_addrs()[0].1;
+    let mut receiver = t.take_udp_receivers().pop().unwrap().into_blocking().unwrap();
+    let bell = receiver.doorbell();
+    let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    client.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let client_addr = client.local_addr().unwrap();
+    let reader = std::thread::spawn(move || {
+        // Nothing waiting: the read returns empty after its timeout, not before.
+        let started = std::time::Instant::now();
+        assert!(matches!(receiver.recv(false, Some(Duration::from_millis(50))), Received::Empty));
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_millis(45), "returned after {waited:?}");
+        // A datagram: a message, with its arrival time when asked for.
+        let Received::Message(msg, flow, arrived) = receiver.recv(true, Some(Duration::from_secs(5))) else { panic!("a message") };
+        assert_eq!((msg.call_id(), flow.remote, flow.listener), ("c1", client_addr, 0));
+        assert!(arrived.is_some(), "an arrival time when asked for");
+        // Asleep with a long timeout: the doorbell wakes it at once, as an empty read.
+        receiver.doorbell().fall_asleep();
+        let started = std::time::Instant::now();
+        assert!(matches!(receiver.recv(false, Some(Duration::from_secs(10))), Received::Empty));
+        started.elapsed()
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    client.send_to(OPTIONS.as_bytes(), server).unwrap();
+    // Ring until the reader has fallen asleep and been woken (a ring while it is awake is a
+    // no-op, as it must be).
+    while !reader.is_finished() {
+        std::thread::sleep(Duration::from_millis(20));
+        bell.ring();
+    }
+    let woken_after = reader.join().unwrap();
+    assert!(woken_after < Duration::from_secs(5), "woken after {woken_after:?}");
+    assert!(sink.messages.lock().is_empty() && sink.errors.lock().is_empty(), "the doorbell is no message nor error");
+    let flow = Flow { transport: Transport::Udp, listener: 0, connection: 0, remote: client_addr };
+    t.send(flow, Bytes::from_static(b"SIP/2.0 200 OK\r\n\r\n")).unwrap();
+    let mut buf = [0u8; 100];
+    let (n, from) = client.recv_from(&mut buf).unwrap();
+    assert_eq!((&buf[..n], from), (&b"SIP/2.0 200 OK\r\n\r\n"[..], server));
+    t.shutdown();
+}

@@ -1,7 +1,10 @@
 use crate::{Inner, SendError};
 use bytes::Bytes;
+use nix::sys::socket::MsgFlags;
 use socket2::{Domain, Protocol as SockProtocol, Socket, Type};
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -72,7 +75,7 @@ fn datagram(inner: &Inner, bytes: &[u8], remote: SocketAddr, listener: u16) -> O
 /// handled on one task, with no hand-over between tasks (decision 0003, "Runtime threads").
 pub struct UdpReceiver {
     inner: Arc<Inner>,
-    socket: Arc<UdpSocket>,
+    socket: UdpSocket,
     listener: u16,
     buf: Vec<u8>,
     /// Room for the arrival time's control message.
@@ -80,7 +83,7 @@ pub struct UdpReceiver {
 }
 
 impl UdpReceiver {
-    pub(crate) fn new(inner: Arc<Inner>, socket: Arc<UdpSocket>, listener: u16) -> UdpReceiver {
+    pub(crate) fn new(inner: Arc<Inner>, socket: UdpSocket, listener: u16) -> UdpReceiver {
         let buf = vec![0u8; inner.config.max_message_bytes + 1];
         UdpReceiver { inner, socket, listener, buf, control: nix::cmsg_space!(nix::sys::time::TimeSpec) }
     }
@@ -104,7 +107,7 @@ impl UdpReceiver {
     pub fn try_recv(&mut self, timestamped: bool) -> Received {
         let UdpReceiver { socket, buf, control, .. } = self;
         let read = if timestamped {
-            socket.try_io(tokio::io::Interest::READABLE, || recv_timestamped(socket, buf, control))
+            socket.try_io(tokio::io::Interest::READABLE, || recv_timestamped(socket, buf, control, MsgFlags::MSG_DONTWAIT))
         } else {
             socket.try_recv_from(buf).map(|(len, remote)| (len, remote, None))
         };
@@ -123,12 +126,15 @@ impl UdpReceiver {
 }
 
 /// One `recvmsg`: the datagram's length, source and kernel arrival time (`SO_TIMESTAMPNS`).
-fn recv_timestamped(socket: &UdpSocket, buf: &mut [u8], control: &mut [u8]) -> std::io::Result<(usize, SocketAddr, Option<SystemTime>)> {
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, SockaddrStorage};
-    use std::os::fd::AsRawFd;
+fn recv_timestamped(
+    socket: &impl AsRawFd,
+    buf: &mut [u8],
+    control: &mut [u8],
+    flags: MsgFlags,
+) -> std::io::Result<(usize, SocketAddr, Option<SystemTime>)> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, SockaddrStorage};
     let mut iov = [std::io::IoSliceMut::new(buf)];
-    let msg =
-        recvmsg::<SockaddrStorage>(socket.as_raw_fd(), &mut iov, Some(control), MsgFlags::MSG_DONTWAIT).map_err(std::io::Error::from)?;
+    let msg = recvmsg::<SockaddrStorage>(socket.as_raw_fd(), &mut iov, Some(control), flags).map_err(std::io::Error::from)?;
     let remote = msg
         .address
         .and_then(|a| match (a.as_sockaddr_in(), a.as_sockaddr_in6()) {
@@ -147,6 +153,120 @@ fn recv_timestamped(socket: &UdpSocket, buf: &mut [u8], control: &mut [u8]) -> s
     Ok((msg.bytes, remote, arrived))
 }
 
+impl UdpReceiver {
+    /// The same receiver, read by blocking system calls on its owner's thread instead of
+    /// through tokio's reactor (Kamailio's model): a datagram costs one `recvmsg` and no
+    /// readiness wake-up (`epoll_wait`) nor the read that finds the socket empty. The socket
+    /// leaves the reactor, so it must not be polled by [`Self::poll_ready`] any more (it is
+    /// consumed). Call within the tokio runtime that registered it.
+    pub fn into_blocking(self) -> std::io::Result<BlockingUdpReceiver> {
+        let UdpReceiver { inner, socket, listener, buf, control } = self;
+        let socket = socket.into_std()?;
+        // Shared with the sending handle (same open file): sends pass MSG_DONTWAIT.
+        socket.set_nonblocking(false)?;
+        let local = socket.local_addr()?;
+        let target = match local {
+            SocketAddr::V4(a) if a.ip().is_unspecified() => SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, a.port())),
+            SocketAddr::V6(a) if a.ip().is_unspecified() => SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, a.port())),
+            other => other,
+        };
+        let bell_socket = std::net::UdpSocket::bind(match target {
+            SocketAddr::V4(_) => SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0)),
+            SocketAddr::V6(_) => SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0)),
+        })?;
+        bell_socket.connect(target)?;
+        bell_socket.set_nonblocking(true)?;
+        let bell = Arc::new(Doorbell { from: bell_socket.local_addr()?, socket: bell_socket, asleep: AtomicBool::new(false) });
+        Ok(BlockingUdpReceiver { inner, socket, listener, buf, control, bell, timeout: None })
+    }
+}
+
+/// Wakes a [`BlockingUdpReceiver`]'s owner blocked in a read, when other work came for it
+/// (a queued message, a post): an empty datagram from a socket of its own, sent only while
+/// the owner says it is asleep.
+pub struct Doorbell {
+    socket: std::net::UdpSocket,
+    from: SocketAddr,
+    asleep: AtomicBool,
+}
+
+impl Doorbell {
+    /// After queueing work for the owner: wakes it if it is (about to be) blocked.
+    pub fn ring(&self) {
+        // Pairs with the fence in `fall_asleep`: either the owner sees the work queued before
+        // it blocks, or this sees it asleep.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.asleep.swap(false, Ordering::SeqCst) {
+            let _ = self.socket.send(&[]);
+        }
+    }
+
+    /// The owner is about to block: it must look at its queues once more after this.
+    pub fn fall_asleep(&self) {
+        self.asleep.store(true, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+
+    pub fn wake_up(&self) {
+        self.asleep.store(false, Ordering::Relaxed);
+    }
+}
+
+/// A UDP listener read by blocking `recvmsg` on its owner's thread ([`UdpReceiver::into_blocking`]).
+pub struct BlockingUdpReceiver {
+    inner: Arc<Inner>,
+    socket: std::net::UdpSocket,
+    listener: u16,
+    buf: Vec<u8>,
+    control: Vec<u8>,
+    bell: Arc<Doorbell>,
+    /// The read timeout the socket has (`SO_RCVTIMEO`), changed only when it must.
+    timeout: Option<Duration>,
+}
+
+impl BlockingUdpReceiver {
+    /// The doorbell that wakes this receiver's owner out of [`Self::recv`].
+    pub fn doorbell(&self) -> Arc<Doorbell> {
+        self.bell.clone()
+    }
+
+    /// Waits at most `timeout` (None: without limit) for the next datagram, or returns the
+    /// one waiting. `Received::Empty`: the time ran out, or the doorbell rang (the owner has
+    /// other work). Arrival times as in [`UdpReceiver::try_recv`].
+    pub fn recv(&mut self, timestamped: bool, timeout: Option<Duration>) -> Received {
+        // SO_RCVTIMEO of zero means no limit: the smallest limit is a microsecond.
+        let timeout = timeout.map(|t| t.max(Duration::from_micros(1)));
+        if timeout != self.timeout {
+            if let Err(e) = self.socket.set_read_timeout(timeout) {
+                tracing::debug!(error = %e, "udp read timeout not set");
+            }
+            self.timeout = timeout;
+        }
+        let BlockingUdpReceiver { socket, buf, control, .. } = self;
+        let read = if timestamped {
+            recv_timestamped(socket, buf, control, MsgFlags::empty())
+        } else {
+            socket.recv_from(buf).map(|(len, remote)| (len, remote, None))
+        };
+        match read {
+            Ok((_, remote, _)) if remote == self.bell.from => Received::Empty,
+            Ok((len, remote, arrived)) => match datagram(&self.inner, &self.buf[..len], remote, self.listener) {
+                Some((msg, flow)) => Received::Message(msg, flow, arrived),
+                None => Received::Other,
+            },
+            Err(e)
+                if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted) =>
+            {
+                Received::Empty
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "udp receive error");
+                Received::Other
+            }
+        }
+    }
+}
+
 /// What [`UdpReceiver::try_recv`] found.
 // A message is what is nearly always received: boxing it would add an allocation per datagram.
 #[allow(clippy::large_enum_variant)]
@@ -163,7 +283,10 @@ pub(crate) fn send(inner: &Inner, flow: Flow, payload: &Bytes) -> Result<(), Sen
         .and_then(|l| l.udp_sender.as_ref())
         .or_else(|| inner.listeners.iter().find_map(|l| l.udp_sender.as_ref()))
         .ok_or(SendError::NoListener(Transport::Udp))?;
-    match socket.send_to(payload, flow.remote) {
+    // MSG_DONTWAIT: the socket may be in blocking mode for its owner's reads
+    // (`UdpReceiver::into_blocking`); a full send buffer must drop, not block the sender.
+    let to = nix::sys::socket::SockaddrStorage::from(flow.remote);
+    match nix::sys::socket::sendto(socket.as_raw_fd(), payload, &to, MsgFlags::MSG_DONTWAIT) {
         Ok(_) => Ok(()),
         Err(e) => {
             // UDP is lossy by contract: the transaction layer retransmits what matters.
