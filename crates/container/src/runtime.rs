@@ -516,7 +516,11 @@ fn run_blocking_executor(
                 Err(mpsc::error::TryRecvError::Empty) => break,
             }
         }
-        // Timers and posts, as after a batch on the runtime.
+        // Timers and posts, as after a batch on the runtime; what they change (transactions
+        // ended by their timers) is published like the rest.
+        if core.next_deadline().is_some_and(|d| d <= now) || !posts.is_empty() {
+            dirty = true;
+        }
         after_batch(&mut core, &mut posts, &links, now);
         if dirty && now.saturating_duration_since(last_publish) >= PUBLISH {
             core.publish_stats();
