@@ -170,10 +170,9 @@ impl UdpReceiver {
             SocketAddr::V6(a) if a.ip().is_unspecified() => SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, a.port())),
             other => other,
         };
-        let bell_socket = std::net::UdpSocket::bind(match target {
-            SocketAddr::V4(_) => SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0)),
-            SocketAddr::V6(_) => SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0)),
-        })?;
+        // Bound to the listener's own address (loopback for a wildcard one), not to every
+        // interface; its datagrams are recognised by that address and port.
+        let bell_socket = std::net::UdpSocket::bind(SocketAddr::new(target.ip(), 0))?;
         bell_socket.connect(target)?;
         bell_socket.set_nonblocking(true)?;
         let bell = Arc::new(Doorbell { from: bell_socket.local_addr()?, socket: bell_socket, asleep: AtomicBool::new(false) });
