@@ -16,10 +16,12 @@ pub struct ContainerConfig {
     /// 503; everything else, which may finish work in progress, is still handled.
     #[serde(with = "humantime_serde")]
     pub overload_delay: Duration,
-    /// Where executors read UDP themselves: an executor that reads exactly one UDP socket does
-    /// it with blocking reads on a thread of its own (one system call per datagram, no
-    /// readiness polling), woken for other work by a doorbell datagram; false keeps it on the
-    /// async runtime (readiness through epoll). See decision 0003, "Blocking reads".
+    /// Where executors read UDP themselves: a single executor (`executors = 1`) that reads a
+    /// single UDP socket does it with blocking reads on a thread of its own (one system call
+    /// per datagram, no readiness polling), woken for other work by a doorbell datagram; false
+    /// keeps it on the async runtime (readiness through epoll). Several executors always poll:
+    /// waking one blocked in a read costs more than it saves there. Decision 0003, "Blocking
+    /// reads".
     pub blocking_udp: bool,
     /// An application session with no activity for this long is invalidated.
     #[serde(with = "humantime_serde")]

@@ -180,12 +180,15 @@ impl Container {
         for (j, receiver) in transports.take_udp_receivers().into_iter().enumerate() {
             udp[j % executors].push(receiver);
         }
-        // An executor reading exactly one socket can block in that read (with more, it would
-        // need to wait on several: readiness polling again).
+        // A single executor reading a single socket blocks in that read. With more sockets it
+        // would have to wait on several (readiness polling again); with more executors, messages
+        // and posts cross between them, and waking a blocked executor (a doorbell datagram: a
+        // send and a read) cost more than the reads saved: +25-30 % CPU per message for the
+        // dating service with two executors (decision 0003, "Blocking reads").
         let mut blocking: Vec<Option<BlockingUdpReceiver>> = Vec::with_capacity(executors);
         for receivers in &mut udp {
             blocking.push(match receivers.len() {
-                1 if config.blocking_udp => match receivers.pop() {
+                1 if config.blocking_udp && executors == 1 => match receivers.pop() {
                     Some(r) => Some(r.into_blocking()?),
                     None => None,
                 },
