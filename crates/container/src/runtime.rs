@@ -408,18 +408,8 @@ async fn run_executor(
                 for _ in 0..BATCH {
                     match receiver.try_recv(late.is_some()) {
                         Received::Message(msg, flow, arrived) => {
-                            if late.is_some_and(|late| arrived.is_some_and(|a| a < late)) && is_new_call(&msg) {
-                                links.dispatcher.refuse(&msg, flow);
-                            } else if executor_for(msg.call_id(), core.executors()) == core.executor() {
-                                core.on_message(now, msg, flow);
-                                // What it sent leaves now, not after the rest of the batch
-                                // and the read that finds the socket empty: a message's
-                                // forwarding delay is its own handling only (the same number
-                                // of sends either way).
-                                flush(&mut core, &links, now);
-                            } else {
-                                links.dispatcher.on_message(msg, flow);
-                            }
+                            let late = late.is_some_and(|late| arrived.is_some_and(|a| a < late));
+                            on_datagram(&mut core, &links, now, msg, flow, late);
                         }
                         Received::Other => {}
                         Received::Empty => {
@@ -551,16 +541,25 @@ fn run_blocking_executor(
             behind = waited > overload_delay / 2;
             late = waited > overload_delay;
         }
-        if late && is_new_call(&msg) {
-            links.dispatcher.refuse(&msg, flow);
-        } else if executor_for(msg.call_id(), core.executors()) == core.executor() {
-            core.on_message(now, msg, flow);
-            flush(&mut core, &links, now);
-        } else {
-            links.dispatcher.on_message(msg, flow);
-        }
+        on_datagram(&mut core, &links, now, msg, flow, late);
     }
     core.publish_stats();
+}
+
+/// A message an executor read from its socket: refused if it is a new call that waited too
+/// long (`late`), handled here if its Call-ID is this executor's, else handed to its owner.
+fn on_datagram(core: &mut Core, links: &Links, now: Instant, msg: Message, flow: Flow, late: bool) {
+    if late && is_new_call(&msg) {
+        links.dispatcher.refuse(&msg, flow);
+    } else if executor_for(msg.call_id(), core.executors()) == core.executor() {
+        core.on_message(now, msg, flow);
+        // What it sent leaves now, not after the rest of the batch and the read that finds
+        // the socket empty: a message's forwarding delay is its own handling only (the same
+        // number of sends either way).
+        flush(core, links, now);
+    } else {
+        links.dispatcher.on_message(msg, flow);
+    }
 }
 
 /// After a batch of inputs: what a busy executor must not leave waiting, then the sends.
