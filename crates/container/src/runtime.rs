@@ -187,13 +187,8 @@ impl Container {
         // dating service with two executors (decision 0003, "Blocking reads").
         let mut blocking: Vec<Option<BlockingUdpReceiver>> = Vec::with_capacity(executors);
         for receivers in &mut udp {
-            blocking.push(match receivers.len() {
-                1 if config.blocking_udp && executors == 1 => match receivers.pop() {
-                    Some(r) => Some(r.into_blocking()?),
-                    None => None,
-                },
-                _ => None,
-            });
+            let blocks = config.blocking_udp && executors == 1 && receivers.len() == 1;
+            blocking.push(if blocks { receivers.pop().map(UdpReceiver::into_blocking).transpose()? } else { None });
         }
         let _ = wakers.bells.set(blocking.iter().map(|b| b.as_ref().map(BlockingUdpReceiver::doorbell)).collect());
         let mut tasks = Vec::new();
@@ -511,10 +506,7 @@ fn run_blocking_executor(
         }
         // Timers and posts, as after a batch on the runtime; what they change (transactions
         // ended by their timers) is published like the rest.
-        if core.next_deadline().is_some_and(|d| d <= now) || !posts.is_empty() {
-            dirty = true;
-        }
-        after_batch(&mut core, &mut posts, &links, now);
+        dirty |= after_batch(&mut core, &mut posts, &links, now);
         if dirty && now.saturating_duration_since(last_publish) >= PUBLISH {
             core.publish_stats();
             last_publish = now;
@@ -530,7 +522,7 @@ fn run_blocking_executor(
         }
         let sampled = behind || since_sample >= SAMPLE;
         since_sample = if sampled { 0 } else { since_sample + 1 };
-        let received = udp.recv(sampled, Some(read_timeout(deadline, now)));
+        let received = udp.recv(sampled, read_timeout(deadline, now));
         bell.wake_up();
         now = Instant::now();
         let Received::Message(msg, flow, arrived) = received else { continue };
@@ -563,9 +555,11 @@ fn on_datagram(core: &mut Core, links: &Links, now: Instant, msg: Message, flow:
 }
 
 /// After a batch of inputs: what a busy executor must not leave waiting, then the sends.
-fn after_batch(core: &mut Core, posts: &mut mpsc::UnboundedReceiver<PostMsg>, links: &Links, now: Instant) {
+/// Whether it fired timers or ran posts.
+fn after_batch(core: &mut Core, posts: &mut mpsc::UnboundedReceiver<PostMsg>, links: &Links, now: Instant) -> bool {
     // Under sustained load the input never runs dry: fire due timers here too.
-    if core.next_deadline().is_some_and(|d| d <= now) {
+    let mut worked = core.next_deadline().is_some_and(|d| d <= now);
+    if worked {
         core.on_timeout(now);
     }
     // And take work other executors posted (a lock handed over to a waiting transition, a
@@ -574,11 +568,15 @@ fn after_batch(core: &mut Core, posts: &mut mpsc::UnboundedReceiver<PostMsg>, li
     // stopped, and the sessions involved with it.
     for _ in 0..BATCH {
         match posts.try_recv() {
-            Ok((service, work)) => core.run_post(now, service, work),
+            Ok((service, work)) => {
+                core.run_post(now, service, work);
+                worked = true;
+            }
             Err(_) => break,
         }
     }
     flush(core, links, now);
+    worked
 }
 
 /// Handles one queued input; what it sent leaves before the next input is taken (as in the

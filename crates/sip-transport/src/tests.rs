@@ -707,17 +707,17 @@ async fn udp_blocking_reads_wake_on_the_doorbell() {
     let reader = std::thread::spawn(move || {
         // Nothing waiting: the read returns empty after its timeout, not before.
         let started = std::time::Instant::now();
-        assert!(matches!(receiver.recv(false, Some(Duration::from_millis(50))), Received::Empty));
+        assert!(matches!(receiver.recv(false, Duration::from_millis(50)), Received::Empty));
         let waited = started.elapsed();
         assert!(waited >= Duration::from_millis(45), "returned after {waited:?}");
         // A datagram: a message, with its arrival time when asked for.
-        let Received::Message(msg, flow, arrived) = receiver.recv(true, Some(Duration::from_secs(5))) else { panic!("a message") };
+        let Received::Message(msg, flow, arrived) = receiver.recv(true, Duration::from_secs(5)) else { panic!("a message") };
         assert_eq!((msg.call_id(), flow.remote, flow.listener), ("c1", client_addr, 0));
         assert!(arrived.is_some(), "an arrival time when asked for");
         // Asleep with a long timeout: the doorbell wakes it at once, as an empty read.
         receiver.doorbell().fall_asleep();
         let started = std::time::Instant::now();
-        assert!(matches!(receiver.recv(false, Some(Duration::from_secs(10))), Received::Empty));
+        assert!(matches!(receiver.recv(false, Duration::from_secs(10)), Received::Empty));
         started.elapsed()
     });
     std::thread::sleep(Duration::from_millis(100));

@@ -111,49 +111,9 @@ impl UdpReceiver {
         } else {
             socket.try_recv_from(buf).map(|(len, remote)| (len, remote, None))
         };
-        match read {
-            Ok((len, remote, arrived)) => match datagram(&self.inner, &self.buf[..len], remote, self.listener) {
-                Some((msg, flow)) => Received::Message(msg, flow, arrived),
-                None => Received::Other,
-            },
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Received::Empty,
-            Err(e) => {
-                tracing::debug!(error = %e, "udp receive error");
-                Received::Other
-            }
-        }
+        received(&self.inner, &self.buf, self.listener, read)
     }
-}
 
-/// One `recvmsg`: the datagram's length, source and kernel arrival time (`SO_TIMESTAMPNS`).
-fn recv_timestamped(
-    socket: &impl AsRawFd,
-    buf: &mut [u8],
-    control: &mut [u8],
-    flags: MsgFlags,
-) -> std::io::Result<(usize, SocketAddr, Option<SystemTime>)> {
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, SockaddrStorage};
-    let mut iov = [std::io::IoSliceMut::new(buf)];
-    let msg = recvmsg::<SockaddrStorage>(socket.as_raw_fd(), &mut iov, Some(control), flags).map_err(std::io::Error::from)?;
-    let remote = msg
-        .address
-        .and_then(|a| match (a.as_sockaddr_in(), a.as_sockaddr_in6()) {
-            (Some(v4), _) => Some(SocketAddr::from(*v4)),
-            (_, Some(v6)) => Some(SocketAddr::from(*v6)),
-            _ => None,
-        })
-        .ok_or_else(|| std::io::Error::other("datagram without an IP source address"))?;
-    let mut arrived = None;
-    for c in msg.cmsgs().into_iter().flatten() {
-        if let ControlMessageOwned::ScmTimestampns(ts) = c {
-            let since_epoch = u64::try_from(ts.tv_sec()).ok().zip(u32::try_from(ts.tv_nsec()).ok());
-            arrived = since_epoch.map(|(s, ns)| UNIX_EPOCH + Duration::new(s, ns));
-        }
-    }
-    Ok((msg.bytes, remote, arrived))
-}
-
-impl UdpReceiver {
     /// The same receiver, read by blocking system calls on its owner's thread instead of
     /// through tokio's reactor (Kamailio's model): a datagram costs one `recvmsg` and no
     /// readiness wake-up (`epoll_wait`) nor the read that finds the socket empty. The socket
@@ -178,6 +138,49 @@ impl UdpReceiver {
         let bell = Arc::new(Doorbell { from: bell_socket.local_addr()?, socket: bell_socket, asleep: AtomicBool::new(false) });
         Ok(BlockingUdpReceiver { inner, socket, listener, buf, control, bell, timeout: None })
     }
+}
+
+/// A read: the datagram's length, source and arrival time (if asked for).
+type Read = std::io::Result<(usize, SocketAddr, Option<SystemTime>)>;
+
+/// What a read of a listener's socket gives its owner: the datagram's message, `Other` for a
+/// datagram that is none (counted and reported to the sink, as the reader tasks do) or a
+/// failed read, `Empty` when nothing was waiting.
+fn received(inner: &Inner, buf: &[u8], listener: u16, read: Read) -> Received {
+    match read {
+        Ok((len, remote, arrived)) => match datagram(inner, &buf[..len], remote, listener) {
+            Some((msg, flow)) => Received::Message(msg, flow, arrived),
+            None => Received::Other,
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Received::Empty,
+        Err(e) => {
+            tracing::debug!(error = %e, "udp receive error");
+            Received::Other
+        }
+    }
+}
+
+/// One `recvmsg`: the datagram's length, source and kernel arrival time (`SO_TIMESTAMPNS`).
+fn recv_timestamped(socket: &impl AsRawFd, buf: &mut [u8], control: &mut [u8], flags: MsgFlags) -> Read {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, SockaddrStorage};
+    let mut iov = [std::io::IoSliceMut::new(buf)];
+    let msg = recvmsg::<SockaddrStorage>(socket.as_raw_fd(), &mut iov, Some(control), flags).map_err(std::io::Error::from)?;
+    let remote = msg
+        .address
+        .and_then(|a| match (a.as_sockaddr_in(), a.as_sockaddr_in6()) {
+            (Some(v4), _) => Some(SocketAddr::from(*v4)),
+            (_, Some(v6)) => Some(SocketAddr::from(*v6)),
+            _ => None,
+        })
+        .ok_or_else(|| std::io::Error::other("datagram without an IP source address"))?;
+    let mut arrived = None;
+    for c in msg.cmsgs().into_iter().flatten() {
+        if let ControlMessageOwned::ScmTimestampns(ts) = c {
+            let since_epoch = u64::try_from(ts.tv_sec()).ok().zip(u32::try_from(ts.tv_nsec()).ok());
+            arrived = since_epoch.map(|(s, ns)| UNIX_EPOCH + Duration::new(s, ns));
+        }
+    }
+    Ok((msg.bytes, remote, arrived))
 }
 
 /// Wakes a [`BlockingUdpReceiver`]'s owner blocked in a read, when other work came for it
@@ -229,12 +232,12 @@ impl BlockingUdpReceiver {
         self.bell.clone()
     }
 
-    /// Waits at most `timeout` (None: without limit) for the next datagram, or returns the
-    /// one waiting. `Received::Empty`: the time ran out, or the doorbell rang (the owner has
-    /// other work). Arrival times as in [`UdpReceiver::try_recv`].
-    pub fn recv(&mut self, timestamped: bool, timeout: Option<Duration>) -> Received {
+    /// Waits at most `timeout` for the next datagram, or returns the one waiting.
+    /// `Received::Empty`: the time ran out, or the doorbell rang (the owner has other work).
+    /// Arrival times as in [`UdpReceiver::try_recv`].
+    pub fn recv(&mut self, timestamped: bool, timeout: Duration) -> Received {
         // SO_RCVTIMEO of zero means no limit: the smallest limit is a microsecond.
-        let timeout = timeout.map(|t| t.max(Duration::from_micros(1)));
+        let timeout = Some(timeout.max(Duration::from_micros(1)));
         if timeout != self.timeout {
             if let Err(e) = self.socket.set_read_timeout(timeout) {
                 tracing::debug!(error = %e, "udp read timeout not set");
@@ -249,19 +252,9 @@ impl BlockingUdpReceiver {
         };
         match read {
             Ok((_, remote, _)) if remote == self.bell.from => Received::Empty,
-            Ok((len, remote, arrived)) => match datagram(&self.inner, &self.buf[..len], remote, self.listener) {
-                Some((msg, flow)) => Received::Message(msg, flow, arrived),
-                None => Received::Other,
-            },
-            Err(e)
-                if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted) =>
-            {
-                Received::Empty
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "udp receive error");
-                Received::Other
-            }
+            // The timeout ran out (EAGAIN, reported as either kind), or a signal came.
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted) => Received::Empty,
+            read => received(&self.inner, &self.buf, self.listener, read),
         }
     }
 }
