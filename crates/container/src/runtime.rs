@@ -49,24 +49,19 @@ pub struct Container {
 }
 
 /// How work queued for an executor reaches it: a task on the runtime is woken by its queue;
-/// an executor blocked in a UDP read (`container.blocking_udp`) by its doorbell.
+/// the executor blocked in a UDP read (`container.blocking_udp`: only ever a single executor,
+/// so all queued work is its own) by its doorbell.
 #[derive(Default)]
 struct Wakers {
-    bells: OnceLock<Vec<Option<Arc<Doorbell>>>>,
+    bell: OnceLock<Arc<Doorbell>>,
     /// Blocking executors stop at their next wake-up (the container was dropped).
     stopping: AtomicBool,
 }
 
 impl Wakers {
-    /// After queueing work for `executor`.
-    fn ring(&self, executor: usize) {
-        if let Some(Some(bell)) = self.bells.get().and_then(|b| b.get(executor)) {
-            bell.ring();
-        }
-    }
-
-    fn ring_all(&self) {
-        for bell in self.bells.get().into_iter().flatten().flatten() {
+    /// After queueing work for an executor: wakes it if it is the one blocked in its reads.
+    fn ring(&self) {
+        if let Some(bell) = self.bell.get() {
             bell.ring();
         }
     }
@@ -107,7 +102,7 @@ impl Sink for Dispatcher {
     fn on_message(&self, msg: Message, flow: Flow) {
         let executor = executor_for(msg.call_id(), self.inboxes.len() as u16) as usize;
         let Err(err) = self.inboxes[executor].try_send(Input::Message(msg, flow)) else {
-            return self.wakers.ring(executor);
+            return self.wakers.ring();
         };
         let (mpsc::error::TrySendError::Full(Input::Message(msg, flow)) | mpsc::error::TrySendError::Closed(Input::Message(msg, flow))) =
             err
@@ -125,9 +120,9 @@ impl Sink for Dispatcher {
     }
 
     fn on_flow_closed(&self, flow: Flow) {
-        for (executor, inbox) in self.inboxes.iter().enumerate() {
+        for inbox in &self.inboxes {
             if inbox.try_send(Input::FlowClosed(flow)).is_ok() {
-                self.wakers.ring(executor);
+                self.wakers.ring();
             }
         }
     }
@@ -185,14 +180,15 @@ impl Container {
         // and posts cross between them, and waking a blocked executor (a doorbell datagram: a
         // send and a read) cost more than the reads saved: +25-30 % CPU per message for the
         // dating service with two executors (decision 0003, "Blocking reads").
-        let mut blocking: Vec<Option<BlockingUdpReceiver>> = Vec::with_capacity(executors);
-        for receivers in &mut udp {
-            let blocks = config.blocking_udp && executors == 1 && receivers.len() == 1;
-            blocking.push(if blocks { receivers.pop().map(UdpReceiver::into_blocking).transpose()? } else { None });
+        let mut blocking = match udp.as_mut_slice() {
+            [single] if config.blocking_udp && single.len() == 1 => single.pop().map(UdpReceiver::into_blocking).transpose()?,
+            _ => None,
+        };
+        if let Some(bell) = blocking.as_ref().map(BlockingUdpReceiver::doorbell) {
+            let _ = wakers.bell.set(bell);
         }
-        let _ = wakers.bells.set(blocking.iter().map(|b| b.as_ref().map(BlockingUdpReceiver::doorbell)).collect());
         let mut tasks = Vec::new();
-        for ((((index, rx), posts_rx), udp), blocking) in receivers.into_iter().enumerate().zip(post_receivers).zip(udp).zip(blocking) {
+        for (((index, rx), posts_rx), udp) in receivers.into_iter().enumerate().zip(post_receivers).zip(udp) {
             let mut rng = ChaCha20Rng::seed_from_u64(root_seed);
             rng.set_stream(index as u64);
             let mut core = Core::new(CoreParts {
@@ -214,7 +210,7 @@ impl Container {
                 overload_delay: config.overload_delay,
                 wakers: wakers.clone(),
             };
-            let Some(receiver) = blocking else {
+            let Some(receiver) = blocking.take() else {
                 tasks.push(tokio::spawn(run_executor(core, rx, posts_rx, udp, links)));
                 continue;
             };
@@ -280,9 +276,9 @@ impl Container {
     /// Stops listening, lets executors finish what is queued, and stops them.
     pub async fn shutdown(mut self) {
         self.transports.shutdown();
-        for (executor, inbox) in self.inboxes.iter().enumerate() {
+        for inbox in &self.inboxes {
             let _ = tokio::time::timeout(Duration::from_secs(1), inbox.send(Input::Stop)).await;
-            self.wakers.ring(executor);
+            self.wakers.ring();
         }
         for task in std::mem::take(&mut self.executors) {
             if tokio::time::timeout(Duration::from_secs(2), task).await.is_err() {
@@ -309,7 +305,7 @@ impl crate::Reentry for PostReentry {
     fn post(&self, executor: u16, service: crate::ServiceId, work: crate::Post) {
         if let Some(tx) = self.0.get(executor as usize) {
             if tx.send((service, work)).is_ok() {
-                self.1.ring(executor as usize);
+                self.1.ring();
             }
         }
     }
@@ -320,7 +316,7 @@ impl Drop for Container {
     /// [`Container::shutdown`], they stop here.
     fn drop(&mut self) {
         self.wakers.stopping.store(true, Ordering::SeqCst);
-        self.wakers.ring_all();
+        self.wakers.ring();
     }
 }
 
@@ -607,7 +603,7 @@ fn flush(core: &mut Core, links: &Links, now: Instant) {
                 core.run_post(now, service, work);
             } else if let Some(tx) = links.posts.get(executor as usize) {
                 if tx.send((service, work)).is_ok() {
-                    links.wakers.ring(executor as usize);
+                    links.wakers.ring();
                 }
             }
         }
