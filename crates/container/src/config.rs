@@ -36,6 +36,13 @@ pub struct ContainerConfig {
     /// Host written in Via, Contact and Record-Route when a listener is bound to a wildcard
     /// address.
     pub advertised_host: Option<String>,
+    /// How long a proxied INVITE may go without a response from downstream before the proxy
+    /// answers 100 Trying itself. RFC 3261 §17.2.1 lets a server omit the 100 when a response
+    /// follows within 200 ms; a callee that rings or answers sooner spares the caller's leg a
+    /// datagram, one of a proxied call's 13 (decision 0003, "A deferred 100 Trying"). Zero sends
+    /// it at once with the forwarded INVITE, as Kamailio does. At most 200 ms.
+    #[serde(with = "humantime_serde")]
+    pub trying_delay: Duration,
     #[serde(with = "humantime_serde")]
     pub t1: Duration,
     #[serde(with = "humantime_serde")]
@@ -56,6 +63,7 @@ impl Default for ContainerConfig {
             max_transactions: 500_000,
             seed: None,
             advertised_host: None,
+            trying_delay: Duration::from_millis(100),
             t1: Duration::from_millis(500),
             t2: Duration::from_secs(4),
             t4: Duration::from_secs(5),

@@ -545,6 +545,7 @@ impl Core {
                 Event::ClientTerminated { tx } => {
                     self.st.client_owner.remove(&tx);
                 }
+                Event::TryingDue { tx } => self.st.proxy_trying_due(now, tx),
             }
         }
     }

@@ -124,11 +124,16 @@ impl CoreState {
         };
         let trying = method == Method::Invite && !self.proxies.contains_key(&server_tx);
         let client_tx = self.layer.send_request(now, method.clone(), &branch, forwarded.clone(), flow);
-        // The 100 leaves after the forwarded INVITE: it only stops the caller's retransmissions
-        // (T1 = 500 ms away), while every microsecond before the INVITE leaves is call set-up
-        // delay.
+        // The 100 only stops the caller's retransmissions (T1 = 500 ms away): it leaves after
+        // the forwarded INVITE, whose departure is set-up delay, and only if nothing was
+        // relayed upstream within `trying_delay` (`proxy_trying_due`).
         if trying {
-            self.reply(now, server_tx, msg, 100, None);
+            let delay = self.config.trying_delay;
+            if delay.is_zero() {
+                self.reply(now, server_tx, msg, 100, None);
+            } else {
+                self.layer.defer_trying(now, server_tx, delay);
+            }
         }
         self.client_owner.insert(client_tx, ClientOwner::Proxy { server_tx: Some(server_tx) });
         self.server_owner.insert(server_tx, ServerOwner::Proxy);
@@ -194,6 +199,15 @@ impl CoreState {
         let relayed = without_top_via(msg);
         self.metrics.message_out(msg.transaction_method(), Some(status), msg.top_via_transport().unwrap_or(Transport::Udp));
         self.layer.respond(now, server_tx, status, relayed, false);
+    }
+
+    /// Nothing was relayed upstream within `container.trying_delay`: the caller hears 100 Trying
+    /// (RFC 3261 §17.2.1), which stops its retransmissions.
+    pub(crate) fn proxy_trying_due(&mut self, now: Instant, server_tx: ServerTxId) {
+        let Some(upstream) = self.proxies.get(&server_tx).filter(|c| !c.final_sent).and_then(|c| c.upstream.clone()) else {
+            return;
+        };
+        self.reply(now, server_tx, &upstream, 100, None);
     }
 
     /// A branch timed out or its transport failed: answer upstream when no branch is left.

@@ -393,9 +393,8 @@ fn proxy_200_call_flow_with_record_route_and_loose_routing() {
     let mut h = proxy_harness();
     h.recv(&invite("p-1", "z9hG4bKup1"), CALLER);
     let sent = h.sent();
-    // The forwarded INVITE leaves first: its departure is set-up delay, the 100 only stops
-    // the caller's retransmissions.
-    assert_eq!(summary(&sent), vec![format!("INVITE -> {CALLEE}"), format!("100 INVITE -> {CALLER}")]);
+    // No 100 Trying yet: it waits `trying_delay` for a response from the callee.
+    assert_eq!(summary(&sent), vec![format!("INVITE -> {CALLEE}")]);
     let fwd = sent[0].1.clone();
     assert_eq!(fwd.via_header_count(), 2);
     assert_eq!(fwd.max_forwards(), Some(69));
@@ -403,11 +402,14 @@ fn proxy_200_call_flow_with_record_route_and_loose_routing() {
     assert_eq!(rr, "<sip:127.0.0.1:5060;transport=udp;lr;tsvc=proxy>");
 
     let ringing = answer(&fwd, 180, Some("bob1"), "");
+    h.advance(Duration::from_millis(20));
     h.recv(&ringing, CALLEE);
     let ok = answer(&fwd, 200, Some("bob1"), &format!("Record-Route: {rr}\nContact: <sip:bob@{CALLEE}>\n"));
     h.recv(&ok, CALLEE);
     let sent = h.sent();
     assert_eq!(summary(&sent), vec![format!("180 INVITE -> {CALLER}"), format!("200 INVITE -> {CALLER}")]);
+    h.advance(Duration::from_millis(500));
+    assert_eq!(summary(&h.sent()), Vec::<String>::new(), "the 180 made the 100 moot");
     assert_eq!(sent[1].1.via_header_count(), 1);
     assert_eq!(sent[1].1.branch(), Some("z9hG4bKup1"));
     // A retransmitted 2xx is relayed again (RFC 6026).
@@ -426,6 +428,34 @@ fn proxy_200_call_flow_with_record_route_and_loose_routing() {
     assert_eq!(summary(&sent), vec![format!("BYE -> {CALLEE}")]);
     h.recv(&answer(&sent[0].1, 200, None, ""), CALLEE);
     assert_eq!(summary(&h.sent()), vec![format!("200 BYE -> {CALLER}")]);
+}
+
+#[test]
+fn proxy_sends_100_trying_when_the_callee_is_slow_or_at_once_when_asked() {
+    let mut h = proxy_harness();
+    h.recv(&invite("p-6", "z9hG4bKup6"), CALLER);
+    let fwd = h.sent()[0].1.clone();
+    h.advance(Duration::from_millis(99));
+    assert_eq!(summary(&h.sent()), Vec::<String>::new());
+    h.advance(Duration::from_millis(1));
+    let sent = h.sent();
+    assert_eq!(summary(&sent), vec![format!("100 INVITE -> {CALLER}")], "100 ms without a response");
+    assert_eq!(sent[0].1.branch(), Some("z9hG4bKup6"));
+    assert_eq!(sent[0].1.to_tag(), None);
+    // The caller's retransmission gets the 100 again; the callee's 180 and 200 still go up.
+    h.recv(&invite("p-6", "z9hG4bKup6"), CALLER);
+    assert_eq!(summary(&h.sent()), vec![format!("100 INVITE -> {CALLER}")]);
+    h.recv(&answer(&fwd, 180, Some("bob6"), ""), CALLEE);
+    h.recv(&answer(&fwd, 200, Some("bob6"), ""), CALLEE);
+    assert_eq!(summary(&h.sent()), vec![format!("180 INVITE -> {CALLER}"), format!("200 INVITE -> {CALLER}")]);
+
+    // `trying_delay = 0`: the 100 leaves at once, after the forwarded INVITE (whose departure
+    // is set-up delay; the 100 only stops the caller's retransmissions).
+    let proxy: Arc<dyn Service> = Arc::new(TestProxy(Destination::parse(CALLEE)));
+    let config = ContainerConfig { trying_delay: Duration::ZERO, ..fast_config() };
+    let mut h = harness(vec![("proxy", proxy)], vec![RouteRule::catch_all("proxy")], config);
+    h.recv(&invite("p-7", "z9hG4bKup7"), CALLER);
+    assert_eq!(summary(&h.sent()), vec![format!("INVITE -> {CALLEE}"), format!("100 INVITE -> {CALLER}")]);
 }
 
 #[test]
@@ -451,6 +481,8 @@ fn proxy_answers_408_when_the_next_hop_is_silent_and_483_at_zero_hops() {
     let mut h = proxy_harness();
     h.recv(&invite("p-2", "z9hG4bKup2"), CALLER);
     h.sent();
+    h.advance(Duration::from_millis(100));
+    assert_eq!(summary(&h.sent()), vec![format!("100 INVITE -> {CALLER}")]);
     h.advance(Duration::from_secs(33));
     let sent = h.sent();
     assert!(sent.iter().filter(|(_, m)| m.method() == Some(&Method::Invite)).count() >= 6, "Timer A retransmissions");

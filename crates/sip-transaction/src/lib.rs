@@ -23,7 +23,9 @@
 //!   "independent of whatever transport protocols are used").
 //! - An INVITE client transaction passes every 2xx up, in Accepted and also in Completed (a
 //!   2xx after a non-2xx final response still makes a dialog the TU must ACK and end).
-//! - The layer sends no automatic 100 Trying for INVITE: the TU does.
+//! - The layer sends no automatic 100 Trying for INVITE: the TU does, at once or when
+//!   [`Event::TryingDue`] says that it asked for a deferred one
+//!   ([`TransactionLayer::defer_trying`]) and responded with nothing meanwhile.
 //! - Timers live in one queue with lazy deletion; [`TransactionLayer::next_timeout`] is always
 //!   the earliest live deadline. Ties fire in a fixed order (a transaction's timeout before
 //!   its retransmission, then insertion order), so replays fire identically.
@@ -131,6 +133,9 @@ pub enum Event {
     ServerTerminated { tx: ServerTxId },
     /// A client transaction ended.
     ClientTerminated { tx: ClientTxId },
+    /// The delay given to [`TransactionLayer::defer_trying`] passed and the INVITE server
+    /// transaction has sent no response yet: the TU should send its 100 Trying now.
+    TryingDue { tx: ServerTxId },
 }
 
 /// Timer D's floor on unreliable transports (RFC 3261 Table 4: "> 32 s for UDP").
@@ -285,6 +290,23 @@ impl TransactionLayer {
                 self.timers.disarm(&mut stx.timers, Kind::Retransmit);
             }
             _ => trace!(tx = tx.0, "ack_received: no 2xx awaiting an ACK"),
+        }
+        self.settle_timers();
+    }
+
+    /// Asks for [`Event::TryingDue`] at `now + delay` unless a response is sent on `tx` first:
+    /// a TU that expects a response soon (a proxy whose callee usually rings or answers at once)
+    /// sends a 100 Trying only when none came. RFC 3261 §17.2.1 lets an INVITE server
+    /// transaction omit the 100 when the TU responds within 200 ms, so `delay` should stay
+    /// below that. Ignored unless `tx` is an INVITE server transaction that has sent nothing.
+    pub fn defer_trying(&mut self, now: Instant, tx: ServerTxId, delay: Duration) {
+        match self.server.get_mut(tx.0) {
+            // A Proceeding INVITE transaction has no retransmission timer (G starts in
+            // Completed, the 2xx one in Accepted): its slot holds the deadline meanwhile.
+            Some(stx) if stx.invite && stx.state == ServerState::Proceeding && stx.last_response.is_none() => {
+                self.timers.arm(&mut stx.timers, Kind::Retransmit, Side::Server, tx.0, now.checked_add(delay));
+            }
+            _ => trace!(tx = tx.0, "defer_trying: not an INVITE transaction awaiting its first response"),
         }
         self.settle_timers();
     }
@@ -495,6 +517,10 @@ impl TransactionLayer {
         let t1 = timers.t1.max(MIN_INTERVAL);
         let sixty_four_t1 = timers.t1.saturating_mul(64);
         let mut terminate = false;
+        if tx.invite && tx.state == ServerState::Proceeding && tx.timers.get(Kind::Retransmit).deadline.is_some() {
+            // The deferred 100 Trying's deadline: any response makes it moot.
+            self.timers.disarm(&mut tx.timers, Kind::Retransmit);
+        }
         let mut send = |payload: Bytes| self.transmits.push_back(Transmit { flow: tx.flow, payload });
         match tx.state {
             ServerState::Trying | ServerState::Proceeding if provisional => {
@@ -582,8 +608,16 @@ impl TransactionLayer {
                 trace!(tx = id, state = ?tx.state, "server transaction timer expired");
                 self.terminate_server(id);
             }
-            // G (Completed) or the UAS 2xx retransmission (Accepted).
+            // G (Completed), the UAS 2xx retransmission (Accepted), or the deferred 100
+            // Trying (Proceeding, nothing sent: `respond` disarms it).
             Kind::Retransmit => {
+                if tx.state == ServerState::Proceeding {
+                    if tx.invite && tx.last_response.is_none() {
+                        trace!(tx = id, "no response yet: 100 Trying due");
+                        self.events.push_back(Event::TryingDue { tx: ServerTxId(id) });
+                    }
+                    return;
+                }
                 if !matches!(tx.state, ServerState::Completed | ServerState::Accepted) {
                     return;
                 }

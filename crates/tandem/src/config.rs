@@ -238,6 +238,10 @@ impl Config {
                 bail!("{key} is a TLS destination: set tls.ca (PEM trust roots for outgoing TLS)");
             }
         }
+        if config.container.trying_delay > std::time::Duration::from_millis(200) {
+            // RFC 3261 §17.2.1: the 100 may be omitted only when a response follows within 200 ms.
+            bail!("container.trying_delay is {:?}: at most 200ms (RFC 3261 §17.2.1)", config.container.trying_delay);
+        }
         config.dns.preferences()?;
         for companion in &config.companions {
             if config.companion_listen_specs(companion)?.is_empty() {
@@ -329,6 +333,10 @@ mod tests {
         assert!(Config::load(None, &["server.listen=[\"sctp:1.2.3.4:5\"]".into()]).is_err());
         assert!(Config::load(None, &["nokey".into()]).is_err());
         assert!(Config::load(None, &["uas.colour=1".into()]).is_err());
+        let err = Config::load(None, &["container.trying_delay=\"250ms\"".into()]).unwrap_err();
+        assert!(format!("{err:#}").contains("at most 200ms"), "{err:#}");
+        let c = Config::load(None, &["container.trying_delay=\"0s\"".into()]).unwrap();
+        assert!(c.container.trying_delay.is_zero());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 use super::support::*;
 use crate::{Event, Received, ServerTxId};
+use std::time::Duration;
 
 fn g_schedule(start_ms: u64, end_ms: u64) -> Vec<u64> {
     // T1 = 500 ms doubling up to T2 = 4 s.
@@ -351,4 +352,64 @@ fn a_2xx_retransmission_can_start_once_accepted() {
     // From 1 s: 1.5, 2.5, 4.5, 8.5, ... until Timer L at 32 s (set by the first 2xx).
     assert_eq!(timeline.transmit_times(), vec![1500, 2500, 4500, 8500, 12500, 16500, 20500, 24500, 28500]);
     assert_eq!(timeline.events, vec![(32_000, Event::AckTimeout { tx }), (32_000, Event::ServerTerminated { tx })]);
+}
+
+// ---- deferred 100 Trying (RFC 3261 §17.2.1) ----
+
+#[test]
+fn a_deferred_trying_falls_due_when_nothing_was_sent() {
+    let mut h = Harness::new();
+    let invite = Req::default().msg();
+    let flow = udp(5060);
+    let tx = h.new_server_tx(0, invite.clone(), flow);
+    h.layer.defer_trying(h.at(0), tx, Duration::from_millis(100));
+    assert_eq!(h.layer.next_timeout(), Some(h.at(100)));
+    let timeline = h.run_until(150);
+    assert!(timeline.transmits.is_empty(), "the layer builds no 100: the TU does");
+    assert_eq!(timeline.events, vec![(100, Event::TryingDue { tx })]);
+
+    // The TU's 100 then behaves as any provisional: re-sent on a retransmitted INVITE.
+    h.layer.respond(h.at(101), tx, 100, response_bytes(&invite, 100, None), false);
+    assert_eq!(h.transmits().len(), 1);
+    assert!(is_absorbed(&h.layer.on_message(h.at(500), invite.clone(), flow)));
+    assert!(first_line(&h.transmits()[0].payload).starts_with("SIP/2.0 100"));
+    assert_eq!(h.layer.next_timeout(), None, "nothing else is armed in Proceeding");
+}
+
+#[test]
+fn any_response_before_the_deadline_cancels_the_deferred_trying() {
+    // A provisional (the callee rings), a 2xx, and a non-2xx over UDP and over TCP: after each,
+    // nothing falls due and the transaction's own timers run as without the deferral.
+    for (status, flow, next) in
+        [(180, udp(5060), None), (200, udp(5060), Some(32_050)), (486, udp(5060), Some(550)), (486, tcp(40000, 3), Some(32_050))]
+    {
+        let mut h = Harness::new();
+        let req = Req { transport: if flow.is_reliable() { "TCP" } else { "UDP" }, ..Req::default() };
+        let invite = req.msg();
+        let tx = h.new_server_tx(0, invite.clone(), flow);
+        h.layer.defer_trying(h.at(0), tx, Duration::from_millis(100));
+        h.layer.respond(h.at(50), tx, status, response_bytes(&invite, status, Some("x")), false);
+        assert_eq!(h.transmits().len(), 1);
+        assert_eq!(h.layer.next_timeout(), next.map(|ms| h.at(ms)), "{status} on {flow:?}");
+        let timeline = h.run_until(40_000);
+        assert!(timeline.events.iter().all(|(_, e)| !matches!(e, Event::TryingDue { .. })), "{status}: {:?}", timeline.events);
+        if flow.is_reliable() {
+            assert!(timeline.transmits.is_empty(), "no Timer G on TCP, and the deadline did not turn into one");
+        }
+    }
+}
+
+#[test]
+fn a_deferred_trying_is_ignored_once_a_response_went_out() {
+    let mut h = Harness::new();
+    let invite = Req::default().msg();
+    let tx = h.new_server_tx(0, invite.clone(), udp(5060));
+    h.layer.respond(h.at(0), tx, 100, response_bytes(&invite, 100, None), false);
+    h.layer.defer_trying(h.at(0), tx, Duration::from_millis(100));
+    assert_eq!(h.layer.next_timeout(), None);
+    // Nor on a non-INVITE transaction.
+    let options = Req { method: "OPTIONS", branch: Some("z9hG4bKopt"), ..Req::default() }.msg();
+    let tx = h.new_server_tx(0, options, udp(5060));
+    h.layer.defer_trying(h.at(0), tx, Duration::from_millis(100));
+    assert_eq!(h.layer.next_timeout(), None);
 }
