@@ -1,9 +1,11 @@
 //! One priority queue for every transaction timer, with lazy deletion.
 //!
 //! A transaction has two timer slots: `Timeout` (B, D, F, H, I, J, K, L, M) and `Retransmit`
-//! (A, E, G, and the UAS 2xx retransmission). Arming or disarming a slot bumps its generation; a
-//! queue entry is live only while its slot still holds the same generation and deadline, so
-//! cancelled timers cost nothing until they surface (or until the queue is compacted).
+//! (A, E, G, the UAS 2xx retransmission, and the deferred 100 Trying's deadline of an INVITE
+//! server transaction in Proceeding, which retransmits nothing then). Arming or disarming a
+//! slot bumps its generation; a queue entry is live only while its slot still holds the same
+//! generation and deadline, so cancelled timers cost nothing until they surface (or until the
+//! queue is compacted).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
