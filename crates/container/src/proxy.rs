@@ -202,9 +202,11 @@ impl CoreState {
     }
 
     /// Nothing was relayed upstream within `container.trying_delay`: the caller hears 100 Trying
-    /// (RFC 3261 §17.2.1), which stops its retransmissions.
+    /// (RFC 3261 §17.2.1), which stops its retransmissions. The layer reports this only while
+    /// nothing was sent on the transaction, so no final response went up (`upstream` is kept
+    /// until one does).
     pub(crate) fn proxy_trying_due(&mut self, now: Instant, server_tx: ServerTxId) {
-        let Some(upstream) = self.proxies.get(&server_tx).filter(|c| !c.final_sent).and_then(|c| c.upstream.clone()) else {
+        let Some(upstream) = self.proxies.get(&server_tx).and_then(|c| c.upstream.clone()) else {
             return;
         };
         self.reply(now, server_tx, &upstream, 100, None);
