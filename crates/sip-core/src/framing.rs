@@ -17,6 +17,8 @@ pub enum StreamFrame {
     Invalid { reason: &'static str, head_len: Option<usize> },
 }
 
+use crate::lex::find_in;
+
 /// The end of a header section. Built once: `memmem::find` builds its searcher on every call,
 /// which cost as much as the search itself on a typical message.
 static HEAD_END: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
@@ -61,7 +63,7 @@ fn content_length(head: &[u8]) -> Result<Option<usize>, &'static str> {
         if !line.iter().find(|c| !c.is_ascii_whitespace()).is_some_and(|c| matches!(c, b'c' | b'C' | b'l' | b'L')) {
             continue;
         }
-        let Some(colon) = memchr::memchr(b':', line) else {
+        let Some(colon) = find_in(line, b':') else {
             continue;
         };
         if folded(&line) {
@@ -90,13 +92,13 @@ fn content_length(head: &[u8]) -> Result<Option<usize>, &'static str> {
 }
 
 /// The lines after the start line, without their `\n`: what `head.split(|b| *b == b'\n').skip(1)`
-/// gives, with the line ends found by `memchr` (a byte-at-a-time split was most of the
-/// framing's cost on every message read from a stream).
+/// gives, with the line ends found by the parser's byte search (a byte-at-a-time split was
+/// most of the framing's cost on every message read from a stream).
 fn header_lines(head: &[u8]) -> impl Iterator<Item = &[u8]> {
-    let mut rest = memchr::memchr(b'\n', head).map(|i| &head[i + 1..]);
+    let mut rest = find_in(head, b'\n').map(|i| &head[i + 1..]);
     std::iter::from_fn(move || {
         let r = rest?;
-        Some(match memchr::memchr(b'\n', r) {
+        Some(match find_in(r, b'\n') {
             Some(i) => {
                 rest = Some(&r[i + 1..]);
                 &r[..i]
