@@ -19,25 +19,27 @@ pub enum StreamFrame {
 
 use crate::lex::find_in;
 
-/// The end of a header section. Built once: `memmem::find` builds its searcher on every call,
-/// which cost as much as the search itself on a typical message.
-static HEAD_END: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
-    std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\r\n\r\n"));
-
 pub fn frame_stream(buf: &[u8], max_bytes: usize) -> StreamFrame {
     let lead = buf.iter().take_while(|b| matches!(b, b'\r' | b'\n')).count();
     if lead > 0 {
         let double = buf[..lead].windows(4).any(|w| w == b"\r\n\r\n");
         return StreamFrame::KeepAlive { len: lead, double };
     }
-    let Some(head_len) = HEAD_END.find(buf).map(|i| i + 4) else {
+    // One pass over the header lines finds both the end of the header section and its
+    // Content-Length (a search for `\r\n\r\n`, then a second walk over the lines, cost a
+    // tenth of a stream message's framing and parsing more).
+    let mut lines = HeaderLines::new(buf);
+    let content_length = content_length(&mut lines);
+    // An early verdict (a second Content-Length) still needs the end of the section.
+    lines.by_ref().for_each(drop);
+    let Some(head_len) = lines.head_len else {
         return if buf.len() > max_bytes {
             StreamFrame::Invalid { reason: "header section too large", head_len: None }
         } else {
             StreamFrame::Incomplete
         };
     };
-    let content_length = match content_length(&buf[..head_len]) {
+    let content_length = match content_length {
         Ok(Some(n)) => n,
         Ok(None) => return StreamFrame::Invalid { reason: "Content-Length is required on stream transports", head_len: Some(head_len) },
         Err(reason) => return StreamFrame::Invalid { reason, head_len: Some(head_len) },
@@ -52,10 +54,10 @@ pub fn frame_stream(buf: &[u8], max_bytes: usize) -> StreamFrame {
     StreamFrame::Message { len: total }
 }
 
-/// Finds a single, well-formed Content-Length (or `l`) header in a header section.
-fn content_length(head: &[u8]) -> Result<Option<usize>, &'static str> {
+/// Finds a single, well-formed Content-Length (or `l`) header among header lines.
+fn content_length<'a>(lines: impl Iterator<Item = &'a [u8]>) -> Result<Option<usize>, &'static str> {
     let mut found = None;
-    let mut lines = header_lines(head).peekable();
+    let mut lines = lines.peekable();
     let folded = |l: &&[u8]| l.first().is_some_and(|b| *b == b' ' || *b == b'\t');
     while let Some(line) = lines.next() {
         // Only a name starting with c or l can match: most lines end here, before their colon
@@ -91,24 +93,53 @@ fn content_length(head: &[u8]) -> Result<Option<usize>, &'static str> {
     Ok(found)
 }
 
-/// The lines after the start line, without their `\n`: what `head.split(|b| *b == b'\n').skip(1)`
-/// gives, with the line ends found by the parser's byte search (a byte-at-a-time split was
-/// most of the framing's cost on every message read from a stream).
-fn header_lines(head: &[u8]) -> impl Iterator<Item = &[u8]> {
-    let mut rest = find_in(head, b'\n').map(|i| &head[i + 1..]);
-    std::iter::from_fn(move || {
-        let r = rest?;
-        Some(match find_in(r, b'\n') {
-            Some(i) => {
-                rest = Some(&r[i + 1..]);
-                &r[..i]
-            }
-            None => {
-                rest = None;
-                r
-            }
-        })
-    })
+/// The header lines of a buffer's first header section, without their `\n`: the lines after
+/// the start line up to the empty line that ends the section (the first `\r\n\r\n`), which
+/// is not yielded. When the iterator is done, `head_len` is the section's length with that
+/// empty line, or None if the buffer does not hold it yet. Line ends come from the parser's
+/// byte search (a byte-at-a-time split was most of the framing's cost).
+struct HeaderLines<'a> {
+    buf: &'a [u8],
+    /// Where the next line starts; None when done.
+    at: Option<usize>,
+    /// The line before the next one ended with `\r`.
+    after_cr: bool,
+    head_len: Option<usize>,
+}
+
+impl<'a> HeaderLines<'a> {
+    fn new(buf: &'a [u8]) -> Self {
+        let start_line_end = find_in(buf, b'\n');
+        HeaderLines {
+            buf,
+            at: start_line_end.map(|i| i + 1),
+            after_cr: start_line_end.is_some_and(|i| i > 0 && buf[i - 1] == b'\r'),
+            head_len: None,
+        }
+    }
+}
+
+impl<'a> Iterator for HeaderLines<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let at = self.at?;
+        let rest = &self.buf[at..];
+        let Some(end) = find_in(rest, b'\n') else {
+            // No line end: the section's end is not in the buffer.
+            self.at = None;
+            return None;
+        };
+        let line = &rest[..end];
+        if self.after_cr && line == b"\r" {
+            self.at = None;
+            self.head_len = Some(at + end + 1);
+            return None;
+        }
+        self.after_cr = line.last() == Some(&b'\r');
+        self.at = Some(at + end + 1);
+        Some(line)
+    }
 }
 
 fn trim(b: &[u8]) -> &[u8] {
@@ -136,7 +167,39 @@ mod tests {
         assert!(matches!(frame_stream(&big, MAX_MESSAGE_BYTES), StreamFrame::Invalid { head_len: None, .. }));
     }
 
-    /// The byte-at-a-time version `content_length` replaced, kept as the oracle.
+    /// The framing this one replaced, kept as the oracle: the end of the header section by a
+    /// search for `\r\n\r\n`, then its Content-Length by splitting it into lines a byte at a
+    /// time.
+    fn frame_stream_by_search(buf: &[u8], max_bytes: usize) -> StreamFrame {
+        let lead = buf.iter().take_while(|b| matches!(b, b'\r' | b'\n')).count();
+        if lead > 0 {
+            let double = buf[..lead].windows(4).any(|w| w == b"\r\n\r\n");
+            return StreamFrame::KeepAlive { len: lead, double };
+        }
+        let Some(head_len) = memchr::memmem::find(buf, b"\r\n\r\n").map(|i| i + 4) else {
+            return if buf.len() > max_bytes {
+                StreamFrame::Invalid { reason: "header section too large", head_len: None }
+            } else {
+                StreamFrame::Incomplete
+            };
+        };
+        let content_length = match content_length_by_split(&buf[..head_len]) {
+            Ok(Some(n)) => n,
+            Ok(None) => {
+                return StreamFrame::Invalid { reason: "Content-Length is required on stream transports", head_len: Some(head_len) }
+            }
+            Err(reason) => return StreamFrame::Invalid { reason, head_len: Some(head_len) },
+        };
+        let total = head_len.saturating_add(content_length);
+        if total > max_bytes {
+            return StreamFrame::Invalid { reason: "message too large", head_len: Some(head_len) };
+        }
+        if buf.len() < total {
+            return StreamFrame::Incomplete;
+        }
+        StreamFrame::Message { len: total }
+    }
+
     fn content_length_by_split(head: &[u8]) -> Result<Option<usize>, &'static str> {
         let mut found = None;
         let mut lines = head.split(|b| *b == b'\n').skip(1).peekable();
@@ -168,9 +231,10 @@ mod tests {
     }
 
     #[test]
-    fn content_length_agrees_with_the_split_it_replaced() {
-        // Header sections assembled from pieces that matter to the search (names, folding,
-        // whitespace, bare CR/LF, digits), by a fixed generator: every run checks the same ones.
+    fn framing_agrees_with_the_search_it_replaced() {
+        // Streams assembled from pieces that matter to framing (names, folding, whitespace,
+        // bare CR/LF, section ends, digits, body bytes), by a fixed generator: every run checks
+        // the same ones, whole and cut at a few points, against two size limits.
         const PIECES: &[&[u8]] = &[
             b"INVITE sip:a@b SIP/2.0",
             b"\r\n",
@@ -192,12 +256,16 @@ mod tests {
             b"lr",
             b"0",
             b"12",
+            b"3",
             b"-3",
             b"1234567890",
             b"x",
             b"Contact: <sip:c@d>",
             b"\r\n ",
             b"\r\n\t",
+            b"\r\n\r\n",
+            b"\r\n\r\nabc",
+            b"\r\nContent-Length: 3\r\n\r\n",
         ];
         let mut seed = 0x2545_f491_4f6c_dd1du64;
         let mut next = || {
@@ -206,24 +274,35 @@ mod tests {
             seed ^= seed << 17;
             seed
         };
-        let fixed: [&[u8]; 6] = [
-            b"INVITE sip:a@b SIP/2.0\r\nl: 3\r\n\r\n",
-            b"OPTIONS sip:a@b SIP/2.0\r\nContent-Length:\r\n 3\r\n\r\n",
+        let fixed: [&[u8]; 9] = [
+            b"INVITE sip:a@b SIP/2.0\r\nl: 3\r\n\r\nabc",
+            b"OPTIONS sip:a@b SIP/2.0\r\nContent-Length:\r\n 3\r\n\r\nabc",
             b"X\n\rContent-Length: 5\r\n\r\n",
             b"X\r\n Content-Length: 5\r\nl:6\r\n\r\n",
+            b"X\r\n\r\n",
+            b"X\r\nl: 0\r\r\n\r\n",
+            b"X\r\nl: 0\n\r\n",
             b"no line ends",
             b"",
         ];
-        for head in fixed {
-            assert_eq!(content_length(head), content_length_by_split(head), "{:?}", String::from_utf8_lossy(head));
+        for buf in fixed {
+            for max in [MAX_MESSAGE_BYTES, 8] {
+                assert_eq!(frame_stream(buf, max), frame_stream_by_search(buf, max), "{:?}", String::from_utf8_lossy(buf));
+            }
         }
         for _ in 0..20_000 {
             let n = 1 + next() % 24;
-            let mut head = Vec::new();
+            let mut buf = Vec::new();
             for _ in 0..n {
-                head.extend_from_slice(PIECES[(next() % PIECES.len() as u64) as usize]);
+                buf.extend_from_slice(PIECES[(next() % PIECES.len() as u64) as usize]);
             }
-            assert_eq!(content_length(&head), content_length_by_split(&head), "{:?}", String::from_utf8_lossy(&head));
+            let cuts = [buf.len(), (next() % (buf.len() as u64 + 1)) as usize, (next() % (buf.len() as u64 + 1)) as usize];
+            for cut in cuts {
+                let part = &buf[..cut];
+                for max in [MAX_MESSAGE_BYTES, 40] {
+                    assert_eq!(frame_stream(part, max), frame_stream_by_search(part, max), "{:?}", String::from_utf8_lossy(part));
+                }
+            }
         }
     }
 }

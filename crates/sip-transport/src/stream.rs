@@ -281,8 +281,10 @@ impl Shared {
         Arc::new(Shared { socket, state: Mutex::new(State { framing, failed: false }), wake: Notify::new() })
     }
 
-    pub(crate) async fn readable(&self) -> io::Result<()> {
-        self.socket.readable().await
+    /// Readiness for reading, for the connection's one reader (tokio keeps one reader waker
+    /// per socket: no waiter list to join and leave per wait, as `readable()` has).
+    pub(crate) fn poll_readable(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<io::Result<()>> {
+        self.socket.poll_read_ready(cx)
     }
 
     /// Sends one SIP message: written at once as far as the socket takes it, the rest queued

@@ -155,20 +155,26 @@ impl IdleWatch {
     }
 
     /// Waits until the connection may have more to read; `Err`: idle for too long, or failed.
+    /// Polled by hand rather than through `select!`: this wait comes once per read, and the
+    /// macro's futures (a waiter joining and leaving the socket's list, a random branch order)
+    /// cost more than the two polls.
     pub(crate) async fn readable(&mut self, inner: &Inner, shared: &Shared) -> Result<(), ReadEnd> {
-        loop {
-            tokio::select! {
-                ready = shared.readable() => return ready.map_err(|_| ReadEnd::Closed),
-                () = &mut self.timer => {
-                    let deadline = self.last_read + self.idle;
-                    if tokio::time::Instant::now() >= deadline {
-                        inner.stats.tcp_idle_closed.fetch_add(1, Ordering::Relaxed);
-                        return Err(ReadEnd::Idle);
-                    }
-                    self.timer.as_mut().reset(deadline);
-                }
+        std::future::poll_fn(|cx| loop {
+            if let std::task::Poll::Ready(ready) = shared.poll_readable(cx) {
+                return std::task::Poll::Ready(ready.map_err(|_| ReadEnd::Closed));
             }
-        }
+            if std::future::Future::poll(self.timer.as_mut(), cx).is_pending() {
+                return std::task::Poll::Pending;
+            }
+            let deadline = self.last_read + self.idle;
+            if tokio::time::Instant::now() >= deadline {
+                inner.stats.tcp_idle_closed.fetch_add(1, Ordering::Relaxed);
+                return std::task::Poll::Ready(Err(ReadEnd::Idle));
+            }
+            // Fired early (reads since it was armed): re-armed, and polled again to register.
+            self.timer.as_mut().reset(deadline);
+        })
+        .await
     }
 }
 

@@ -124,6 +124,28 @@ async fn tcp_limits_and_idle_timeout() {
     assert!(t.stats().tcp_idle_closed.load(Ordering::Relaxed) >= 2);
 }
 
+/// A connection that keeps sending is not idle: its reader's timer fires at the first
+/// deadline, finds reads since, and is re-armed; once the peer goes quiet it closes.
+#[tokio::test]
+async fn tcp_reads_keep_a_connection_from_idling_out() {
+    let config = TransportConfig { tcp_idle_timeout: Duration::from_millis(300), ..Default::default() };
+    let (t, _sink) = start(config).await;
+    let server = t.local_addrs()[1].1;
+    let mut conn = TcpStream::connect(server).await.unwrap();
+    wait_for(|| t.open_connections() == 1).await;
+    // A single CRLF is a keep-alive that takes no answer (RFC 5626 §4.4.1 answers CRLFCRLF).
+    for _ in 0..9 {
+        conn.write_all(b"\r\n").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(t.open_connections(), 1, "open past three idle timeouts while it kept sending");
+    assert_eq!(t.stats().tcp_idle_closed.load(Ordering::Relaxed), 0);
+    let mut buf = [0u8; 1];
+    let n = tokio::time::timeout(Duration::from_secs(2), conn.read(&mut buf)).await.unwrap().unwrap_or(0);
+    assert_eq!(n, 0, "closed once quiet");
+    assert_eq!(t.stats().tcp_idle_closed.load(Ordering::Relaxed), 1);
+}
+
 #[tokio::test]
 async fn tcp_outgoing_connection_and_failure() {
     let (t, sink) = start(TransportConfig::default()).await;
