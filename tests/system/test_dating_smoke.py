@@ -89,8 +89,10 @@ def run(env):
     try:
         start_or_skip(media, "media")
         mip, mport = media.addr("udp")
+        # Every direct prediction is checked against the general evaluator (see
+        # docs/decisions/0004-contract-engine.md, "Direct transitions").
         dating = common.Tandem(env, name="tandem-dating", service="dating",
-                               sets=["dating.media=%s:%d" % (mip, mport)])
+                               sets=["dating.media=%s:%d" % (mip, mport), "engine.verify_direct=true"])
         try:
             start_or_skip(dating, "dating")
             run_profiles(env, media, dating)
@@ -131,6 +133,12 @@ def run_profiles(env, media, dating):
         common.metric_sum(samples, "tandem_absorbed_messages_total", service="dating"),
         common.metric_sum(samples, "tandem_transition_failures_total", service="dating"),
         common.metric_sum(samples, "tandem_negotiation_waits_total", service="dating")))
+    direct = common.metric_sum(samples, "tandem_direct_predictions_total", service="dating")
+    mismatches = common.metric_sum(samples, "tandem_direct_mismatches_total", service="dating")
+    env.log("dating: direct predictions %s, mismatches with the general evaluator %s" % (direct, mismatches))
+    check(direct and direct > 0, "dating: no direct prediction made (tandem_direct_predictions_total %s)" % direct)
+    check(mismatches == 0, "dating: %s direct predictions differ from the general evaluator's outcome "
+          "(tandem_direct_mismatches_total; the tandem's log names them)" % mismatches)
     ambiguous = common.metric_sum(samples, "tandem_ambiguous_messages_total", service="dating")
     check(ambiguous == 0, "dating: tandem_ambiguous_messages_total is %s (a message enabled "
           "several transitions: a contract defect)" % ambiguous)
@@ -187,6 +195,7 @@ def run_in_process(env):
         f.write(COMPANION_CONFIG % {"admin": admin, "media": media_lines})
     port = common.free_port()
     dating = common.Tandem(env, name="tandem-dating", service="dating", extra_args=["--config", cfg],
+                           sets=["engine.verify_direct=true"],
                            listen=[("udp", "127.0.0.1", port), ("tcp", "127.0.0.1", port), ("inproc", "127.0.0.1", 5071)])
     try:
         start_or_skip(dating, "dating")

@@ -31,6 +31,11 @@ pub struct Compiled {
     slot_table: Option<SlotTable>,
     /// One per transition, in the machine's order.
     programs: Vec<Program>,
+    /// Per method some transition names (`msg.method == X`): whether every transition that
+    /// may take a message of it is `direct`.
+    direct_methods: Vec<(SmolStr, bool)>,
+    /// The same for any other method: whether every transition that names no method is direct.
+    direct_otherwise: bool,
 }
 
 /// A contract's few names (states, roles, attributes) and what they map to. Looked up several
@@ -151,6 +156,11 @@ pub(crate) struct Program {
     pub to_final: bool,
     /// Whether any of its `moves` goes to a final state.
     pub moves_final: bool,
+    /// Whether selecting it needs nothing but the message, its session's role and its
+    /// execution's state, and its handles and moves are paths of attributes from `msg.sips`
+    /// (no `let`s): the engine then predicts it without the general evaluator (see
+    /// `MachineService::predict_direct`).
+    pub direct: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -344,6 +354,42 @@ fn methods(expr: &CExpr) -> Option<Vec<SmolStr>> {
     }
 }
 
+/// Whether `expr` reads nothing of the sessions but `msg.sips.role` (as a [`CExpr::SipsRole`]
+/// test): constants, the message's method, status, CSeq method, payload and timer.
+fn message_only(expr: &CExpr) -> bool {
+    match expr {
+        CExpr::Const(_) | CExpr::Method | CExpr::SipsRole { .. } => true,
+        CExpr::Nav(CNav { root: Root::Msg(root), path }) => {
+            path.is_empty()
+                && matches!(root, NavRoot::MsgMethod | NavRoot::MsgStatus | NavRoot::MsgCseq | NavRoot::MsgPayload | NavRoot::MsgTimer)
+        }
+        CExpr::Not(e) => message_only(e),
+        CExpr::And(a, b) | CExpr::Or(a, b) | CExpr::Cmp(a, _, b) => message_only(a) && message_only(b),
+        CExpr::Nav(_) | CExpr::PayloadSession | CExpr::SessionOf(_) => false,
+    }
+}
+
+/// Whether `nav` is `msg.sips` followed by stored attributes only.
+fn sips_attributes(nav: &CNav) -> bool {
+    matches!(nav.root, Root::Msg(NavRoot::MsgSips)) && nav.path.iter().all(|s| matches!(s, Step::Attr(_)))
+}
+
+/// For [`Compiled::direct_for`]: per named method, whether all transitions that may take it
+/// are direct; and whether those that name no method (they may take any) are.
+fn direct_methods(programs: &[Program]) -> (Vec<(SmolStr, bool)>, bool) {
+    let otherwise = programs.iter().filter(|p| p.methods.is_none()).all(|p| p.direct);
+    let mut by_method: Vec<(SmolStr, bool)> = Vec::new();
+    for p in programs {
+        for m in p.methods.iter().flatten() {
+            match by_method.iter_mut().find(|(n, _)| n == m) {
+                Some((_, direct)) => *direct &= p.direct,
+                None => by_method.push((m.clone(), p.direct && otherwise)),
+            }
+        }
+    }
+    (by_method, otherwise)
+}
+
 /// Whether `expr` only compares `msg.method` with names (`==`, joined by `||`).
 fn method_only(expr: &CExpr) -> bool {
     match expr {
@@ -395,7 +441,7 @@ impl Compiled {
                 (r.name.name.clone(), RoleInfo { holds_state: r.holds_state, state_via, state_via_slot, once })
             })
             .collect();
-        let programs = machine
+        let programs: Vec<Program> = machine
             .transitions
             .iter()
             .map(|t| {
@@ -408,17 +454,22 @@ impl Compiled {
                 let guard = c.expr(&t.guard);
                 let methods = methods(&guard);
                 let guard = if methods.is_some() { after_method_test(guard) } else { guard };
+                let handles: Vec<CNav> = t.handles.iter().map(|h| c.nav(h)).collect();
+                let moves: Vec<CNav> = t.moves.iter().map(|m| c.nav(&m.target)).collect();
+                let direct = lets.is_empty() && message_only(&guard) && handles.iter().chain(&moves).all(sips_attributes);
                 Program {
                     methods,
                     lets,
                     guard,
-                    handles: t.handles.iter().map(|h| c.nav(h)).collect(),
-                    moves: t.moves.iter().map(|m| c.nav(&m.target)).collect(),
+                    handles,
+                    moves,
                     to_final: finals.contains(&t.to.name),
                     moves_final: t.moves.iter().any(|m| finals.contains(&m.to.name)),
+                    direct,
                 }
             })
             .collect();
+        let (direct_methods, direct_otherwise) = direct_methods(&programs);
         let slot_keys: Vec<(usize, u64)> = slots.0.iter().map(|n| short_key(n)).collect();
         let slot_table = SlotTable::new(&slot_keys);
         let role_texts = machine.roles.iter().map(|r| SmolStr::new(&r.name.name)).collect();
@@ -433,8 +484,15 @@ impl Compiled {
             role_texts,
             slot_table,
             programs,
+            direct_methods,
+            direct_otherwise,
             machine,
         })
+    }
+
+    /// Whether every transition that may take a message of `method` is `direct`.
+    pub(crate) fn direct_for(&self, method: &str) -> bool {
+        self.direct_methods.iter().find(|(m, _)| m == method).map_or(self.direct_otherwise, |(_, direct)| *direct)
     }
 
     pub fn candidates(&self, state: &str) -> &[usize] {

@@ -10,7 +10,7 @@ use crate::stats::ServiceStats;
 use crate::transition::{Action, Actions, Transition};
 use smol_str::SmolStr;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 use tandem_container::{AppSessionId, Context, Request, ResponseEvent, Service, SessionId, SipSession, TimerId, UaProfile};
@@ -100,12 +100,14 @@ struct Prediction {
     outcome: Outcome,
     reads: Reads,
     keys: SortedSet<Key>,
+    /// Made by the direct path (`predict_direct`), not the general evaluator.
+    direct: bool,
 }
 
 impl Prediction {
     /// Nothing predicted yet.
     fn empty() -> Prediction {
-        Prediction { outcome: Outcome::Absorb, reads: Reads::default(), keys: SortedSet::new() }
+        Prediction { outcome: Outcome::Absorb, reads: Reads::default(), keys: SortedSet::new(), direct: false }
     }
 }
 
@@ -128,6 +130,9 @@ pub struct MachineService<H: Handler> {
     in_progress: dashmap::DashMap<SessionId, std::collections::VecDeque<Event<'static>>, tandem_container::IdHashBuilder>,
     /// Entries in `in_progress`: while there are none (the usual case) no message looks there.
     queued_sessions: AtomicUsize,
+    /// Check every direct prediction kept against the general evaluator under the locks
+    /// (`tandem_direct_mismatches_total`): for tests, it evaluates each such message twice.
+    verify_direct: AtomicBool,
 }
 
 pub(crate) fn key(id: SessionId) -> Key {
@@ -169,6 +174,7 @@ impl<H: Handler> MachineService<H> {
             ua,
             in_progress: dashmap::DashMap::default(),
             queued_sessions: AtomicUsize::new(0),
+            verify_direct: AtomicBool::new(false),
         })
     }
 
@@ -197,6 +203,24 @@ impl<H: Handler> MachineService<H> {
     /// Unlocked predictions that had to be evaluated again under the locks.
     pub fn reevaluations(&self) -> u64 {
         self.stats.reevaluations.load(Relaxed)
+    }
+
+    /// Checks every direct prediction that is kept against the general evaluator, under the
+    /// locks; a difference is counted (`direct_mismatches`) and logged. For tests: each such
+    /// message is evaluated twice.
+    pub fn set_verify_direct(&self, on: bool) {
+        self.verify_direct.store(on, Relaxed);
+    }
+
+    /// Predictions made by the direct path.
+    pub fn direct_predictions(&self) -> u64 {
+        self.stats.direct.load(Relaxed)
+    }
+
+    /// Direct predictions whose outcome the general evaluator did not reach (with
+    /// [`Self::set_verify_direct`]); always 0 unless the direct path is wrong.
+    pub fn direct_mismatches(&self) -> u64 {
+        self.stats.direct_mismatches.load(Relaxed)
     }
 
     pub fn backoffs(&self) -> u64 {
@@ -274,7 +298,9 @@ impl<H: Handler> MachineService<H> {
                 neg.to_acquire.insert(GLOBAL);
             }
             Negotiator::SingleAssign => {
-                self.predict(ctx, &neg, &mut predicted);
+                if !self.predict_direct(ctx, &neg, &mut predicted) {
+                    self.predict(ctx, &neg, &mut predicted);
+                }
                 neg.to_acquire.copy_from(&predicted.keys);
                 prediction = Some(&mut predicted);
             }
@@ -369,6 +395,9 @@ impl<H: Handler> MachineService<H> {
             let fresh: Reads;
             let (outcome, reads) = match prediction.as_deref_mut().or(boxed.as_deref_mut()) {
                 Some(p) if p.keys.iter().all(|k| held.contains(k)) && p.reads.unchanged(ctx) => {
+                    if p.direct && self.verify_direct.load(Relaxed) {
+                        self.verify(ctx, neg, &p.outcome);
+                    }
                     (std::mem::replace(&mut p.outcome, Outcome::Absorb), &p.reads)
                 }
                 _ => {
@@ -463,7 +492,7 @@ impl<H: Handler> MachineService<H> {
     /// The sessions a message will most likely need, read without locks, and the outcome
     /// those reads give (a hint only: it stands only if the reads still hold under the locks).
     fn predict(&self, ctx: &mut Context<'_>, neg: &Negotiation<'_>, p: &mut Prediction) {
-        let Prediction { outcome, reads, keys } = p;
+        let Prediction { outcome, reads, keys, .. } = p;
         let mut env = self.env(ctx, neg, true, reads);
         // Prediction reads never need a lock, so this is always `Ok`.
         *outcome = select(&mut env).unwrap_or_else(|Need(id)| Outcome::Need([key(id)].into()));
@@ -472,6 +501,120 @@ impl<H: Handler> MachineService<H> {
         // are needed too.
         if let Outcome::Run(Chosen { needed, .. }) = outcome {
             keys.extend(needed.iter().copied());
+        }
+    }
+
+    /// The single-assignment prediction of a message that only `direct` transitions may take
+    /// (`Compiled::direct_for`), made without the general evaluator: the message's session is
+    /// read under one lock for its role and the state holder (or its execution's state), the
+    /// candidates' guards see nothing but the message and that role, and the handles and moves
+    /// are followed attribute by attribute. It reads and records what `predict` would (the
+    /// same sessions, each marked wanted where `predict` marks it, the same outcome); the check
+    /// under the locks (`Reads::unchanged`) is the same. Returns false, with `p` left empty,
+    /// when the message is not one for it.
+    fn predict_direct(&self, ctx: &mut Context<'_>, neg: &Negotiation<'_>, p: &mut Prediction) -> bool {
+        let compiled = &self.compiled;
+        let event = &neg.event;
+        let method = event.method();
+        if !compiled.direct_for(method) {
+            return false;
+        }
+        let reads = &mut p.reads;
+        // The message's session: the state `select` would find, the role `msg.sips.role`
+        // gives, and the holder `state_holder` names.
+        let (candidates, sips_role, holder) = match event.session {
+            None if matches!(event.trigger, Trigger::Request { .. }) => (compiled.candidates(&compiled.initial), None, None),
+            None => return self.direct_outcome(p, Outcome::Absorb),
+            Some(id) => match direct_state(ctx, compiled, reads, id) {
+                Some(found) => found,
+                None => return self.direct_outcome(p, Outcome::Absorb),
+            },
+        };
+        let mut env = DirectEnv { event, sips_role, initial: &compiled.initial_text, escaped: false };
+        let vars = Vars::default();
+        let mut enabled: smallvec::SmallVec<[usize; 1]> = smallvec::SmallVec::new();
+        for &index in candidates {
+            let program = compiled.program(index);
+            if !program.may_take(method) {
+                continue;
+            }
+            if !program.direct {
+                *p = Prediction::empty();
+                return false;
+            }
+            if eval(&program.guard, &mut env, &vars) == Ok(Value::Bool(true)) {
+                enabled.push(index);
+            }
+        }
+        if env.escaped {
+            *p = Prediction::empty();
+            return false;
+        }
+        if enabled.len() > 1 {
+            let names = enabled.iter().map(|i| compiled.transition(*i).name.name.clone()).collect();
+            return self.direct_outcome(p, Outcome::Ambiguous(names));
+        }
+        let Some(index) = enabled.pop() else { return self.direct_outcome(p, Outcome::Absorb) };
+        let program = compiled.program(index);
+        let mut needed = SortedSet::new();
+        for nav in program.handles.iter().chain(&program.moves) {
+            let mut at = event.session;
+            for step in &nav.path {
+                let Step::Attr(slot) = *step else { unreachable_step() };
+                at = match at {
+                    Some(session) => {
+                        needed.insert(key(session));
+                        let name = &compiled.slots[slot];
+                        match reads.touch_with(ctx, session, |s| s.attributes.get_session(name)) {
+                            Some((entry, next)) => {
+                                reads.want(entry);
+                                next
+                            }
+                            None => None,
+                        }
+                    }
+                    None => None,
+                };
+            }
+            if let Some(session) = at {
+                needed.insert(key(session));
+            }
+        }
+        if let Some(id) = event.session {
+            needed.insert(key(id));
+            if let Some(h) = holder {
+                needed.insert(key(h));
+            }
+        }
+        self.direct_outcome(p, Outcome::Run(Chosen { transition: index, vars, needed, holder }))
+    }
+
+    /// Completes a direct prediction with its outcome: the keys to acquire are those of the
+    /// sessions it read and those the handles traverse, as `predict` has them.
+    fn direct_outcome(&self, p: &mut Prediction, outcome: Outcome) -> bool {
+        p.keys.extend(p.reads.wanted().map(key));
+        if let Outcome::Run(Chosen { needed, .. }) = &outcome {
+            p.keys.extend(needed.iter().copied());
+        }
+        p.outcome = outcome;
+        p.direct = true;
+        self.stats.direct.fetch_add(1, Relaxed);
+        true
+    }
+
+    /// Compares a kept direct prediction with the general evaluator's outcome under the locks.
+    fn verify(&self, ctx: &mut Context<'_>, neg: &Negotiation<'_>, predicted: &Outcome) {
+        let (general, _) = self.evaluate(ctx, neg);
+        let same = match (predicted, &general) {
+            (Outcome::Absorb, Outcome::Absorb) => true,
+            (Outcome::Ambiguous(a), Outcome::Ambiguous(b)) => a == b,
+            (Outcome::Run(a), Outcome::Run(b)) => a.transition == b.transition && a.needed == b.needed && a.holder == b.holder,
+            _ => false,
+        };
+        if !same {
+            self.stats.direct_mismatches.fetch_add(1, Relaxed);
+            tracing::error!(service = %self.name, method = neg.event.method(), direct = %describe(predicted), general = %describe(&general),
+                "the direct prediction differs from the general evaluator's outcome");
         }
     }
 
@@ -677,6 +820,159 @@ fn state_holder<H: Handler>(env: &mut EvalEnv<'_, '_, H>, id: SessionId) -> Resu
     })
 }
 
+fn unreachable_step() -> ! {
+    unreachable!("a direct transition's handles are attribute paths (compiled.rs)")
+}
+
+fn describe(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Need(keys) => format!("need {} session(s)", keys.iter().count()),
+        Outcome::Absorb => "absorb".to_string(),
+        Outcome::Ambiguous(names) => format!("ambiguous {names:?}"),
+        Outcome::Run(c) => format!("transition #{} over {} session(s), holder {:?}", c.transition, c.needed.iter().count(), c.holder),
+    }
+}
+
+/// The candidates of a state, `msg.sips.role`, and the state holder.
+type SipsFound<'c> = (&'c [usize], Option<Option<usize>>, Option<SessionId>);
+
+/// What the direct path found of a message's session, as `select` and `state_holder` would
+/// in a prediction: the candidates of its execution's state, `msg.sips.role`, and the state
+/// holder. None: the message enables nothing (no such session, no or an undeclared role, a
+/// state that is not a text, a broken `state via` chain).
+fn direct_state<'c>(ctx: &mut Context<'_>, compiled: &'c Compiled, reads: &mut Reads, id: SessionId) -> Option<SipsFound<'c>> {
+    let (entry, (role_set, role, next)) = reads.touch_with(ctx, id, |s| direct_peek(compiled, s))?;
+    if !role_set {
+        return None;
+    }
+    reads.want(entry);
+    let role = role?;
+    let (candidates, holder) = match next {
+        Peeked::State(candidates) => (candidates?, id),
+        Peeked::Via(holder) => {
+            let holder = holder?;
+            (holder_state(ctx, compiled, reads, holder)?, holder)
+        }
+    };
+    Some((candidates, Some(Some(role)), Some(holder)))
+}
+
+/// The state of the execution whose state `id` is meant to hold (the end of a `state via`
+/// hop), read as `session_step(id, State)` would in a prediction: its candidates.
+fn holder_state<'c>(ctx: &mut Context<'_>, compiled: &'c Compiled, reads: &mut Reads, id: SessionId) -> Option<&'c [usize]> {
+    let mut at = id;
+    // `state via` chains are followed as the general evaluator follows them; a contract has
+    // a handful of roles, so a chain longer than that is a loop.
+    for _ in 0..=compiled.machine.roles.len() {
+        let (entry, (role_set, role, next)) = reads.touch_with(ctx, at, |s| direct_peek(compiled, s))?;
+        if !role_set {
+            return None;
+        }
+        reads.want(entry);
+        role?;
+        match next {
+            Peeked::State(candidates) => return candidates,
+            Peeked::Via(next) => at = next?,
+        }
+    }
+    None
+}
+
+/// Where a session's execution state is: its own (`holds_state`), as the candidates of that
+/// state (None: a stored state that is not a text), or the session `state via` names.
+enum Peeked<'c> {
+    State(Option<&'c [usize]>),
+    Via(Option<SessionId>),
+}
+
+/// One locked look at a session: whether its role is set (a text), the role's index, and
+/// where its state is. An undeclared role (or none) answers `Via(None)`.
+fn direct_peek<'c>(compiled: &'c Compiled, s: &SipSession) -> (bool, Option<usize>, Peeked<'c>) {
+    let text: std::borrow::Cow<'_, str> = match s.attributes.get(ROLE) {
+        Some(tandem_container::AttrValue::Str(t)) => std::borrow::Cow::Borrowed(t.as_str()),
+        Some(tandem_container::AttrValue::Bytes(b)) => String::from_utf8_lossy(b),
+        _ => return (false, None, Peeked::Via(None)),
+    };
+    let Some(role) = compiled.role_index(&text) else { return (true, None, Peeked::Via(None)) };
+    let info = compiled.role_at(role);
+    if info.holds_state {
+        let candidates = match s.attributes.get(STATE) {
+            None => Some(compiled.candidates(&compiled.initial)),
+            Some(tandem_container::AttrValue::Str(t)) => Some(compiled.candidates(t)),
+            Some(tandem_container::AttrValue::Bytes(b)) => Some(compiled.candidates(&String::from_utf8_lossy(b))),
+            Some(_) => None,
+        };
+        return (true, Some(role), Peeked::State(candidates));
+    }
+    let via = info.state_via_slot.and_then(|slot| s.attributes.get_session(&compiled.slots[slot]));
+    (true, Some(role), Peeked::Via(via))
+}
+
+/// The direct path's view for guards: the message and `msg.sips.role`, nothing else (a
+/// `direct` guard asks for nothing else; if it did, `escaped` says so and the general path
+/// is taken).
+struct DirectEnv<'e> {
+    event: &'e Event<'e>,
+    sips_role: Option<Option<usize>>,
+    initial: &'e SmolStr,
+    escaped: bool,
+}
+
+impl Env for DirectEnv<'_> {
+    fn message(&self, root: &NavRoot) -> Value {
+        message_value(self.event, root)
+    }
+
+    fn method(&self) -> &str {
+        self.event.method()
+    }
+
+    fn app_attr(&mut self, _: &str) -> Result<Value, Need> {
+        self.escaped = true;
+        Ok(Value::Null)
+    }
+
+    fn session_step(&mut self, _: SessionId, _: Step) -> Result<Value, Need> {
+        self.escaped = true;
+        Ok(Value::Null)
+    }
+
+    fn sips_role(&mut self) -> Result<Option<Option<usize>>, Need> {
+        Ok(self.sips_role)
+    }
+
+    fn session_of(&mut self, _: &str) -> Value {
+        self.escaped = true;
+        Value::Null
+    }
+
+    fn payload_session(&mut self) -> Value {
+        self.escaped = true;
+        Value::Null
+    }
+
+    fn initial_state(&self) -> Value {
+        Value::Str(self.initial.clone())
+    }
+}
+
+/// `msg.method`, `msg.status`, `msg.cseq`, `msg.payl`, `msg.timer`, `msg.sips` of an event.
+fn message_value(e: &Event<'_>, root: &NavRoot) -> Value {
+    match root {
+        NavRoot::MsgMethod => Value::Str(SmolStr::new(e.method())),
+        NavRoot::MsgStatus => Value::Int(i64::from(e.status())),
+        NavRoot::MsgCseq => Value::Str(SmolStr::new(e.cseq_method())),
+        NavRoot::MsgPayload => Value::Str(SmolStr::new(e.payload())),
+        NavRoot::MsgTimer => Value::Str(SmolStr::new(e.timer())),
+        NavRoot::MsgSips => match e.session {
+            Some(id) => Value::Session(id),
+            None if matches!(e.trigger, Trigger::Request { .. }) => Value::NewSession,
+            None => Value::Null,
+        },
+        NavRoot::MsgApps | NavRoot::Var(_) => Value::Null,
+    }
+}
+
 struct EvalEnv<'e, 'a, H: Handler> {
     engine: &'e MachineService<H>,
     ctx: &'e mut Context<'a>,
@@ -726,20 +1022,7 @@ impl<H: Handler> EvalEnv<'_, '_, H> {
 
 impl<H: Handler> Env for EvalEnv<'_, '_, H> {
     fn message(&self, root: &NavRoot) -> Value {
-        let e = &self.neg.event;
-        match root {
-            NavRoot::MsgMethod => Value::Str(SmolStr::new(e.method())),
-            NavRoot::MsgStatus => Value::Int(i64::from(e.status())),
-            NavRoot::MsgCseq => Value::Str(SmolStr::new(e.cseq_method())),
-            NavRoot::MsgPayload => Value::Str(SmolStr::new(e.payload())),
-            NavRoot::MsgTimer => Value::Str(SmolStr::new(e.timer())),
-            NavRoot::MsgSips => match e.session {
-                Some(id) => Value::Session(id),
-                None if matches!(e.trigger, Trigger::Request { .. }) => Value::NewSession,
-                None => Value::Null,
-            },
-            NavRoot::MsgApps | NavRoot::Var(_) => Value::Null,
-        }
+        message_value(&self.neg.event, root)
     }
 
     fn method(&self) -> &str {

@@ -101,6 +101,32 @@ impl Reads {
         exists.then_some(self.entries.len() - 1)
     }
 
+    /// The entry of session `id` as the direct path reads it (`MachineService::predict_direct`):
+    /// its cell and generation are kept, but no slot is copied; `read` runs on the session
+    /// under the same lock. None: no such session (recorded as missing, as `load` does).
+    pub fn touch_with<R>(
+        &mut self,
+        ctx: &mut Context<'_>,
+        id: SessionId,
+        read: impl FnOnce(&tandem_container::SipSession) -> R,
+    ) -> Option<(usize, R)> {
+        if let Some(at) = self.entries.iter().position(|e| e.id == id) {
+            let cell = self.entries[at].cell.as_ref()?;
+            let r = read(&cell.lock());
+            return Some((at, r));
+        }
+        let cell = ctx.session(id);
+        let (generation, r) = match &cell {
+            Some(cell) => {
+                let s = cell.lock();
+                (s.attributes.generation(), Some(read(&s)))
+            }
+            None => (0, None),
+        };
+        self.entries.push(Entry { id, cell, generation, role: None, base: self.values.len(), wanted: false });
+        r.map(|r| (self.entries.len() - 1, r))
+    }
+
     /// The role (index) of a loaded session.
     pub fn role(&self, entry: usize) -> Option<usize> {
         self.entries[entry].role

@@ -27,6 +27,10 @@ pub struct ServiceStats {
     /// Predictions (single-assignment negotiator) whose outcome could not be kept: something
     /// they read had changed by the time its session was held, so the guard was evaluated again.
     pub reevaluations: AtomicU64,
+    /// Predictions made by the direct path (no general evaluation).
+    pub direct: AtomicU64,
+    /// Direct predictions the general evaluator disagreed with (only checked on request).
+    pub direct_mismatches: AtomicU64,
 }
 
 impl ServiceStats {
@@ -63,6 +67,12 @@ impl ServiceStats {
                 "tandem_prediction_reevaluations_total",
                 "Unlocked predictions evaluated again under the locks (what they read had changed)",
                 &self.reevaluations,
+            ),
+            ("tandem_direct_predictions_total", "Predictions made without the general evaluator (direct transitions)", &self.direct),
+            (
+                "tandem_direct_mismatches_total",
+                "Direct predictions the general evaluator disagreed with (checked only when asked)",
+                &self.direct_mismatches,
             ),
         ] {
             let _ = writeln!(out, "# HELP {name} {help}.\n# TYPE {name} counter\n{name}{{service=\"{service}\"}} {}", v.load(Relaxed));

@@ -197,6 +197,9 @@ fn run_with(
 ) -> Arc<MachineService<Pairing>> {
     let started = Instant::now();
     let sim = start(executors, negotiator, seed, poke);
+    // Every direct prediction kept (single-assign: the INVITEs here) is checked against the
+    // general evaluator under the locks.
+    sim.service.set_verify_direct(true);
     for i in 0..executions {
         sim.send(&format!("call-{i}"), invite(i));
     }
@@ -235,6 +238,10 @@ fn run_with(
     let elapsed = started.elapsed();
     let (store, service) = sim.stop();
     check_invariants(&store, &sessions, &service);
+    assert_eq!(service.direct_mismatches(), 0, "a direct prediction differs from the general evaluator");
+    if negotiator == Negotiator::SingleAssign {
+        assert!(service.direct_predictions() >= executions as u64, "the INVITEs were not predicted directly");
+    }
     eprintln!(
         "{negotiator:?}: {executors} executors, {executions} executions, {} messages in {elapsed:?}: pairs {}, back-offs {}, \
          predictions evaluated again {}",

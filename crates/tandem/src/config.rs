@@ -39,12 +39,24 @@ pub struct Config {
     /// applies to services not named.
     #[serde(default)]
     pub negotiator: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    pub engine: EngineSection,
     #[serde(default, rename = "route")]
     pub routes: Vec<RouteRule>,
     /// Further containers in this process (`[[companion]]`), each running one service; with
     /// `inproc:` listeners they and the main container talk in-process.
     #[serde(default, rename = "companion")]
     pub companions: Vec<CompanionSection>,
+}
+
+/// `[engine]`: checks of the contract engine, for tests.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EngineSection {
+    /// Check every direct prediction the engine keeps against its general evaluator, under the
+    /// locks (`tandem_direct_mismatches_total` counts differences). Each such message is then
+    /// evaluated twice.
+    pub verify_direct: bool,
 }
 
 /// `[[companion]]`: another container in the same process, sharing every other section.

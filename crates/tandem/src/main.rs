@@ -288,12 +288,16 @@ async fn build_services(config: &config::Config, routes: &[RouteRule]) -> Result
         }
         Err(e) => tracing::warn!(error = %format!("{e:#}"), "no DNS resolver: next hops named by host get 503"),
     }
+    let pairing = tandem_services::pairing_service(config.negotiator_for("pairing"))?;
+    pairing.set_verify_direct(config.engine.verify_direct);
+    let dating = tandem_services::dating_service(&config.dating, config.negotiator_for("dating"))?;
+    dating.set_verify_direct(config.engine.verify_direct);
     let mut services: Vec<(String, Arc<dyn Service>)> = vec![
         ("uas".to_string(), Arc::new(Uas::new(&config.uas))),
         ("proxy".to_string(), Arc::new(proxy)),
         ("registrar".to_string(), Arc::new(tandem_services::Registrar::new(&config.registrar, location))),
-        ("pairing".to_string(), tandem_services::pairing_service(config.negotiator_for("pairing"))?),
-        ("dating".to_string(), tandem_services::dating_service(&config.dating, config.negotiator_for("dating"))?),
+        ("pairing".to_string(), pairing),
+        ("dating".to_string(), dating),
         ("dating_manual".to_string(), tandem_services::dating_manual_service(&config.dating)?),
         ("media".to_string(), Arc::new(tandem_services::Media::new(&config.media)?)),
         ("b2bua_nt".to_string(), Arc::new(tandem_services::B2bua::new(&config.b2bua)?)),
