@@ -560,7 +560,12 @@ impl<H: Handler> MachineService<H> {
         for nav in program.handles.iter().chain(&program.moves) {
             let mut at = event.session;
             for step in &nav.path {
-                let Step::Attr(slot) = *step else { unreachable_step() };
+                // Direct transitions' paths are attributes only (compiled.rs): anything else
+                // goes the general way.
+                let Step::Attr(slot) = *step else {
+                    *p = Prediction::empty();
+                    return false;
+                };
                 at = match at {
                     Some(session) => {
                         needed.insert(key(session));
@@ -818,10 +823,6 @@ fn state_holder<H: Handler>(env: &mut EvalEnv<'_, '_, H>, id: SessionId) -> Resu
         Value::Session(h) => Some(h),
         _ => None,
     })
-}
-
-fn unreachable_step() -> ! {
-    unreachable!("a direct transition's handles are attribute paths (compiled.rs)")
 }
 
 fn describe(outcome: &Outcome) -> String {
