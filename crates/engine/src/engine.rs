@@ -538,10 +538,8 @@ impl<H: Handler> MachineService<H> {
             if !program.may_take(method) {
                 continue;
             }
-            if !program.direct {
-                *p = Prediction::empty();
-                return false;
-            }
+            // `direct_for` admitted the method only if every transition that may take it is.
+            debug_assert!(program.direct);
             if eval(&program.guard, &mut env, &vars) == Ok(Value::Bool(true)) {
                 enabled.push(index);
             }
@@ -842,12 +840,7 @@ type SipsFound<'c> = (&'c [usize], Option<Option<usize>>, Option<SessionId>);
 /// holder. None: the message enables nothing (no such session, no or an undeclared role, a
 /// state that is not a text, a broken `state via` chain).
 fn direct_state<'c>(ctx: &mut Context<'_>, compiled: &'c Compiled, reads: &mut Reads, id: SessionId) -> Option<SipsFound<'c>> {
-    let (entry, (role_set, role, next)) = reads.touch_with(ctx, id, |s| direct_peek(compiled, s))?;
-    if !role_set {
-        return None;
-    }
-    reads.want(entry);
-    let role = role?;
+    let (role, next) = peek_wanted(ctx, compiled, reads, id)?;
     let (candidates, holder) = match next {
         Peeked::State(candidates) => (candidates?, id),
         Peeked::Via(holder) => {
@@ -865,18 +858,24 @@ fn holder_state<'c>(ctx: &mut Context<'_>, compiled: &'c Compiled, reads: &mut R
     // `state via` chains are followed as the general evaluator follows them; a contract has
     // a handful of roles, so a chain longer than that is a loop.
     for _ in 0..=compiled.machine.roles.len() {
-        let (entry, (role_set, role, next)) = reads.touch_with(ctx, at, |s| direct_peek(compiled, s))?;
-        if !role_set {
-            return None;
-        }
-        reads.want(entry);
-        role?;
-        match next {
+        match peek_wanted(ctx, compiled, reads, at)?.1 {
             Peeked::State(candidates) => return candidates,
             Peeked::Via(next) => at = next?,
         }
     }
     None
+}
+
+/// One step of `session_step(id, State)` in a prediction: the session is read (recorded in
+/// `reads`), and, if its role is set, marked wanted; None when it is missing or its role is
+/// unset or undeclared (the state is then null).
+fn peek_wanted<'c>(ctx: &mut Context<'_>, compiled: &'c Compiled, reads: &mut Reads, id: SessionId) -> Option<(usize, Peeked<'c>)> {
+    let (entry, (role_set, role, next)) = reads.touch_with(ctx, id, |s| direct_peek(compiled, s))?;
+    if !role_set {
+        return None;
+    }
+    reads.want(entry);
+    Some((role?, next))
 }
 
 /// Where a session's execution state is: its own (`holds_state`), as the candidates of that
@@ -889,24 +888,28 @@ enum Peeked<'c> {
 /// One locked look at a session: whether its role is set (a text), the role's index, and
 /// where its state is. An undeclared role (or none) answers `Via(None)`.
 fn direct_peek<'c>(compiled: &'c Compiled, s: &SipSession) -> (bool, Option<usize>, Peeked<'c>) {
-    let text: std::borrow::Cow<'_, str> = match s.attributes.get(ROLE) {
-        Some(tandem_container::AttrValue::Str(t)) => std::borrow::Cow::Borrowed(t.as_str()),
-        Some(tandem_container::AttrValue::Bytes(b)) => String::from_utf8_lossy(b),
-        _ => return (false, None, Peeked::Via(None)),
-    };
+    let Some(text) = s.attributes.get(ROLE).and_then(attr_text) else { return (false, None, Peeked::Via(None)) };
     let Some(role) = compiled.role_index(&text) else { return (true, None, Peeked::Via(None)) };
     let info = compiled.role_at(role);
     if info.holds_state {
         let candidates = match s.attributes.get(STATE) {
             None => Some(compiled.candidates(&compiled.initial)),
-            Some(tandem_container::AttrValue::Str(t)) => Some(compiled.candidates(t)),
-            Some(tandem_container::AttrValue::Bytes(b)) => Some(compiled.candidates(&String::from_utf8_lossy(b))),
-            Some(_) => None,
+            Some(v) => attr_text(v).map(|t| compiled.candidates(&t)),
         };
         return (true, Some(role), Peeked::State(candidates));
     }
     let via = info.state_via_slot.and_then(|slot| s.attributes.get_session(&compiled.slots[slot]));
     (true, Some(role), Peeked::Via(via))
+}
+
+/// A stored value as text, the way evaluation reads it (`reads::to_value`): a text, or bytes
+/// read as UTF-8 (lossy); None for any other value.
+fn attr_text(v: &tandem_container::AttrValue) -> Option<std::borrow::Cow<'_, str>> {
+    match v {
+        tandem_container::AttrValue::Str(t) => Some(std::borrow::Cow::Borrowed(t.as_str())),
+        tandem_container::AttrValue::Bytes(b) => Some(String::from_utf8_lossy(b)),
+        _ => None,
+    }
 }
 
 /// The direct path's view for guards: the message and `msg.sips.role`, nothing else (a
