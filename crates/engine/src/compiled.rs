@@ -156,10 +156,9 @@ pub(crate) struct Program {
     pub to_final: bool,
     /// Whether any of its `moves` goes to a final state.
     pub moves_final: bool,
-    /// Whether selecting it needs nothing but the message, its session's role and its
-    /// execution's state, and its handles and moves are paths of attributes from `msg.sips`
-    /// (no `let`s): the engine then predicts it without the general evaluator (see
-    /// `MachineService::predict_direct`).
+    /// Whether nothing of it reads an application session's attribute (`msg.apps.NAME`):
+    /// the engine then predicts it reading each session for the one value asked, without
+    /// copying the sessions' slots (see `MachineService::predict_direct`).
     pub direct: bool,
 }
 
@@ -354,24 +353,18 @@ fn methods(expr: &CExpr) -> Option<Vec<SmolStr>> {
     }
 }
 
-/// Whether `expr` reads nothing of the sessions but `msg.sips.role` (as a [`CExpr::SipsRole`]
-/// test): constants, the message's method, status, CSeq method, payload and timer.
-fn message_only(expr: &CExpr) -> bool {
+/// Whether `expr` reads an attribute of the application session (`msg.apps.NAME`).
+fn reads_app(expr: &CExpr) -> bool {
     match expr {
-        CExpr::Const(_) | CExpr::Method | CExpr::SipsRole { .. } => true,
-        CExpr::Nav(CNav { root: Root::Msg(root), path }) => {
-            path.is_empty()
-                && matches!(root, NavRoot::MsgMethod | NavRoot::MsgStatus | NavRoot::MsgCseq | NavRoot::MsgPayload | NavRoot::MsgTimer)
-        }
-        CExpr::Not(e) => message_only(e),
-        CExpr::And(a, b) | CExpr::Or(a, b) | CExpr::Cmp(a, _, b) => message_only(a) && message_only(b),
-        CExpr::Nav(_) | CExpr::PayloadSession | CExpr::SessionOf(_) => false,
+        CExpr::Const(_) | CExpr::Method | CExpr::SipsRole { .. } | CExpr::PayloadSession => false,
+        CExpr::Nav(nav) => nav_reads_app(nav),
+        CExpr::SessionOf(e) | CExpr::Not(e) => reads_app(e),
+        CExpr::And(a, b) | CExpr::Or(a, b) | CExpr::Cmp(a, _, b) => reads_app(a) || reads_app(b),
     }
 }
 
-/// Whether `nav` is `msg.sips` followed by stored attributes only.
-fn sips_attributes(nav: &CNav) -> bool {
-    matches!(nav.root, Root::Msg(NavRoot::MsgSips)) && nav.path.iter().all(|s| matches!(s, Step::Attr(_)))
+fn nav_reads_app(nav: &CNav) -> bool {
+    matches!(nav.root, Root::App(_))
 }
 
 /// For [`Compiled::direct_for`]: per named method, whether all transitions that may take it
@@ -456,7 +449,7 @@ impl Compiled {
                 let guard = if methods.is_some() { after_method_test(guard) } else { guard };
                 let handles: Vec<CNav> = t.handles.iter().map(|h| c.nav(h)).collect();
                 let moves: Vec<CNav> = t.moves.iter().map(|m| c.nav(&m.target)).collect();
-                let direct = lets.is_empty() && message_only(&guard) && handles.iter().chain(&moves).all(sips_attributes);
+                let direct = !lets.iter().chain([&guard]).any(reads_app) && !handles.iter().chain(&moves).any(nav_reads_app);
                 Program {
                     methods,
                     lets,

@@ -396,7 +396,7 @@ impl<H: Handler> MachineService<H> {
             let (outcome, reads) = match prediction.as_deref_mut().or(boxed.as_deref_mut()) {
                 Some(p) if p.keys.iter().all(|k| held.contains(k)) && p.reads.unchanged(ctx) => {
                     if p.direct && self.verify_direct.load(Relaxed) {
-                        self.verify(ctx, neg, &p.outcome);
+                        self.verify(ctx, neg, p);
                     }
                     (std::mem::replace(&mut p.outcome, Outcome::Absorb), &p.reads)
                 }
@@ -505,13 +505,13 @@ impl<H: Handler> MachineService<H> {
     }
 
     /// The single-assignment prediction of a message that only `direct` transitions may take
-    /// (`Compiled::direct_for`), made without the general evaluator: the message's session is
-    /// read under one lock for its role and the state holder (or its execution's state), the
-    /// candidates' guards see nothing but the message and that role, and the handles and moves
-    /// are followed attribute by attribute. It reads and records what `predict` would (the
-    /// same sessions, each marked wanted where `predict` marks it, the same outcome); the check
-    /// under the locks (`Reads::unchanged`) is the same. Returns false, with `p` left empty,
-    /// when the message is not one for it.
+    /// (`Compiled::direct_for`), made without copying the sessions' slots: the message's
+    /// session is read under one lock for its role and the state holder (or its execution's
+    /// state), and the candidates' `let`s, guards, handles and moves read each session they
+    /// reach for the one attribute they ask (`DirectEnv`). It reads and records what `predict`
+    /// would (the same sessions, each marked wanted where `predict` marks it, the same
+    /// outcome); the check under the locks (`Reads::unchanged`) is the same. Returns false,
+    /// with `p` left empty, when the message is not one for it.
     fn predict_direct(&self, ctx: &mut Context<'_>, neg: &Negotiation<'_>, p: &mut Prediction) -> bool {
         let compiled = &self.compiled;
         let event = &neg.event;
@@ -530,9 +530,8 @@ impl<H: Handler> MachineService<H> {
                 None => return self.direct_outcome(p, Outcome::Absorb),
             },
         };
-        let mut env = DirectEnv { event, sips_role, initial: &compiled.initial_text, escaped: false };
-        let vars = Vars::default();
-        let mut enabled: smallvec::SmallVec<[usize; 1]> = smallvec::SmallVec::new();
+        let mut env = DirectEnv { ctx, compiled, reads, event, sips_role, payload: None, escaped: false };
+        let mut enabled: smallvec::SmallVec<[(usize, Vars); 1]> = smallvec::SmallVec::new();
         for &index in candidates {
             let program = compiled.program(index);
             if !program.may_take(method) {
@@ -540,56 +539,43 @@ impl<H: Handler> MachineService<H> {
             }
             // `direct_for` admitted the method only if every transition that may take it is.
             debug_assert!(program.direct);
+            let mut vars = Vars::default();
+            for l in &program.lets {
+                // The direct view never asks for a lock (it answers `Ok`).
+                let v = eval(l, &mut env, &vars).unwrap_or(Value::Null);
+                vars.push(v);
+            }
             if eval(&program.guard, &mut env, &vars) == Ok(Value::Bool(true)) {
-                enabled.push(index);
+                enabled.push((index, vars));
             }
         }
+        if enabled.len() > 1 && !env.escaped {
+            let names = enabled.iter().map(|(i, _)| compiled.transition(*i).name.name.clone()).collect();
+            return self.direct_outcome(p, Outcome::Ambiguous(names));
+        }
+        let chosen = match enabled.pop() {
+            Some((index, vars)) if !env.escaped => {
+                let program = compiled.program(index);
+                let mut needed = SortedSet::new();
+                for nav in program.handles.iter().chain(&program.moves) {
+                    let _ = nav_value(nav, &mut env, &vars, Some(&mut needed));
+                }
+                Some(Chosen { transition: index, vars, needed, holder })
+            }
+            _ => None,
+        };
         if env.escaped {
             *p = Prediction::empty();
             return false;
         }
-        if enabled.len() > 1 {
-            let names = enabled.iter().map(|i| compiled.transition(*i).name.name.clone()).collect();
-            return self.direct_outcome(p, Outcome::Ambiguous(names));
-        }
-        let Some(index) = enabled.pop() else { return self.direct_outcome(p, Outcome::Absorb) };
-        let program = compiled.program(index);
-        let mut needed = SortedSet::new();
-        for nav in program.handles.iter().chain(&program.moves) {
-            let mut at = event.session;
-            for step in &nav.path {
-                // Direct transitions' paths are attributes only (compiled.rs): anything else
-                // goes the general way.
-                let Step::Attr(slot) = *step else {
-                    *p = Prediction::empty();
-                    return false;
-                };
-                at = match at {
-                    Some(session) => {
-                        needed.insert(key(session));
-                        let name = &compiled.slots[slot];
-                        match reads.touch_with(ctx, session, |s| s.attributes.get_session(name)) {
-                            Some((entry, next)) => {
-                                reads.want(entry);
-                                next
-                            }
-                            None => None,
-                        }
-                    }
-                    None => None,
-                };
-            }
-            if let Some(session) = at {
-                needed.insert(key(session));
-            }
-        }
+        let Some(mut chosen) = chosen else { return self.direct_outcome(p, Outcome::Absorb) };
         if let Some(id) = event.session {
-            needed.insert(key(id));
+            chosen.needed.insert(key(id));
             if let Some(h) = holder {
-                needed.insert(key(h));
+                chosen.needed.insert(key(h));
             }
         }
-        self.direct_outcome(p, Outcome::Run(Chosen { transition: index, vars, needed, holder }))
+        self.direct_outcome(p, Outcome::Run(chosen))
     }
 
     /// Completes a direct prediction with its outcome: the keys to acquire are those of the
@@ -605,19 +591,33 @@ impl<H: Handler> MachineService<H> {
         true
     }
 
-    /// Compares a kept direct prediction with the general evaluator's outcome under the locks.
-    fn verify(&self, ctx: &mut Context<'_>, neg: &Negotiation<'_>, predicted: &Outcome) {
+    /// Compares a kept direct prediction with the general evaluator under the locks: with the
+    /// outcome a locked evaluation reaches (transition, `let` values, sessions needed, state
+    /// holder), and with what the general prediction would read and ask for now (the sessions
+    /// recorded, and the keys to lock).
+    fn verify(&self, ctx: &mut Context<'_>, neg: &Negotiation<'_>, p: &Prediction) {
         let (general, _) = self.evaluate(ctx, neg);
-        let same = match (predicted, &general) {
+        let mut again = Prediction::empty();
+        self.predict(ctx, neg, &mut again);
+        let predicted = &p.outcome;
+        let same_outcome = |a: &Outcome, b: &Outcome| match (a, b) {
             (Outcome::Absorb, Outcome::Absorb) => true,
             (Outcome::Ambiguous(a), Outcome::Ambiguous(b)) => a == b,
-            (Outcome::Run(a), Outcome::Run(b)) => a.transition == b.transition && a.needed == b.needed && a.holder == b.holder,
+            (Outcome::Run(a), Outcome::Run(b)) => {
+                a.transition == b.transition && a.vars == b.vars && a.needed == b.needed && a.holder == b.holder
+            }
             _ => false,
         };
+        let same = same_outcome(predicted, &general)
+            && same_outcome(predicted, &again.outcome)
+            && p.keys == again.keys
+            && p.reads.recorded() == again.reads.recorded();
         if !same {
             self.stats.direct_mismatches.fetch_add(1, Relaxed);
             tracing::error!(service = %self.name, method = neg.event.method(), direct = %describe(predicted), general = %describe(&general),
-                "the direct prediction differs from the general evaluator's outcome");
+                direct_keys = ?p.keys.iter().collect::<Vec<_>>(), general_keys = ?again.keys.iter().collect::<Vec<_>>(),
+                direct_reads = ?p.reads.recorded(), general_reads = ?again.reads.recorded(),
+                "the direct prediction differs from the general evaluator's");
         }
     }
 
@@ -912,17 +912,31 @@ fn attr_text(v: &tandem_container::AttrValue) -> Option<std::borrow::Cow<'_, str
     }
 }
 
-/// The direct path's view for guards: the message and `msg.sips.role`, nothing else (a
-/// `direct` guard asks for nothing else; if it did, `escaped` says so and the general path
-/// is taken).
-struct DirectEnv<'e> {
+/// The direct path's view of the message and the sessions: each session a step reaches is
+/// read under its lock for the one value asked (no slot is copied), and recorded in `reads`
+/// (marked wanted) exactly where `EvalEnv` in prediction mode records and marks it. An
+/// application session's attribute is not for it: `escaped` says so and the general path is
+/// taken.
+struct DirectEnv<'e, 'a> {
+    ctx: &'e mut Context<'a>,
+    compiled: &'e Compiled,
+    reads: &'e mut Reads,
     event: &'e Event<'e>,
+    /// `msg.sips.role`, found with the message's session's state.
     sips_role: Option<Option<usize>>,
-    initial: &'e SmolStr,
+    /// `session(msg.payl)`, once evaluated.
+    payload: Option<Value>,
     escaped: bool,
 }
 
-impl Env for DirectEnv<'_> {
+/// What a `state` step finds in a session with a role set: the value (its own state, or
+/// null), or the session its `state via` attribute holds.
+enum StateStep {
+    Value(Value),
+    Via(Value),
+}
+
+impl Env for DirectEnv<'_, '_> {
     fn message(&self, root: &NavRoot) -> Value {
         message_value(self.event, root)
     }
@@ -936,28 +950,94 @@ impl Env for DirectEnv<'_> {
         Ok(Value::Null)
     }
 
-    fn session_step(&mut self, _: SessionId, _: Step) -> Result<Value, Need> {
-        self.escaped = true;
-        Ok(Value::Null)
+    fn session_step(&mut self, id: SessionId, step: Step) -> Result<Value, Need> {
+        let compiled = self.compiled;
+        match step {
+            Step::Role => Ok(self.read_wanted(id, |s| to_value(s.attributes.get(ROLE)))),
+            Step::Attr(slot) => {
+                let name = &compiled.slots[slot];
+                Ok(self.read_wanted(id, |s| to_value(s.attributes.get(name))))
+            }
+            Step::State => {
+                // As `EvalEnv`: a session without a role (text) has no state and is not
+                // wanted; with one, it is wanted whatever it holds.
+                let Some((entry, read)) = self.reads.touch_with(self.ctx, id, |s| state_step(compiled, s)) else {
+                    return Ok(Value::Null);
+                };
+                let Some(read) = read else { return Ok(Value::Null) };
+                self.reads.want(entry);
+                match read {
+                    StateStep::Value(v) => Ok(v),
+                    StateStep::Via(Value::Session(holder)) => self.session_step(holder, Step::State),
+                    StateStep::Via(_) => Ok(Value::Null),
+                }
+            }
+        }
     }
 
     fn sips_role(&mut self) -> Result<Option<Option<usize>>, Need> {
         Ok(self.sips_role)
     }
 
-    fn session_of(&mut self, _: &str) -> Value {
-        self.escaped = true;
-        Value::Null
+    fn session_of(&mut self, text: &str) -> Value {
+        match text.parse::<SessionId>() {
+            Ok(id) if self.reads.present(self.ctx, id) => Value::Session(id),
+            _ => Value::Null,
+        }
     }
 
     fn payload_session(&mut self) -> Value {
-        self.escaped = true;
-        Value::Null
+        // The message is fixed and its session was recorded the first time: transitions that
+        // bind the same `let p = session(msg.payl)` (a MESSAGE's T6 and T7) parse it once.
+        if let Some(v) = &self.payload {
+            return v.clone();
+        }
+        let body = self.event.body();
+        let v = match std::str::from_utf8(&body) {
+            Ok(text) => self.session_of(text.trim()),
+            Err(_) => self.session_of(&self.event.payload()),
+        };
+        self.payload = Some(v.clone());
+        v
     }
 
     fn initial_state(&self) -> Value {
-        Value::Str(self.initial.clone())
+        Value::Str(self.compiled.initial_text.clone())
     }
+}
+
+impl DirectEnv<'_, '_> {
+    /// One value of session `id`, read under its lock; the session is recorded and marked
+    /// wanted (null, not wanted, if it does not exist).
+    fn read_wanted(&mut self, id: SessionId, read: impl FnOnce(&SipSession) -> Value) -> Value {
+        match self.reads.touch_with(self.ctx, id, read) {
+            Some((entry, v)) => {
+                self.reads.want(entry);
+                v
+            }
+            None => Value::Null,
+        }
+    }
+}
+
+/// A `state` step on a session, as `EvalEnv::session_step` takes it in a prediction: None
+/// when its role is not a text (state null, session not wanted); else the state of a role
+/// that holds it (the initial state while none is stored), the session a `state via` role
+/// names, or null (an undeclared role, a role with neither).
+fn state_step(compiled: &Compiled, s: &SipSession) -> Option<StateStep> {
+    let text = s.attributes.get(ROLE).and_then(attr_text)?;
+    let Some(role) = compiled.role_index(&text) else { return Some(StateStep::Value(Value::Null)) };
+    let info = compiled.role_at(role);
+    if info.holds_state {
+        return Some(StateStep::Value(match to_value(s.attributes.get(STATE)) {
+            Value::Null => Value::Str(compiled.initial_text.clone()),
+            v => v,
+        }));
+    }
+    Some(match info.state_via_slot {
+        Some(slot) => StateStep::Via(to_value(s.attributes.get(&compiled.slots[slot]))),
+        None => StateStep::Value(Value::Null),
+    })
 }
 
 /// `msg.method`, `msg.status`, `msg.cseq`, `msg.payl`, `msg.timer`, `msg.sips` of an event.

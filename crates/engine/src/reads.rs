@@ -127,6 +127,22 @@ impl Reads {
         r.map(|r| (self.entries.len() - 1, r))
     }
 
+    /// Whether session `id` exists, as [`Self::exists`] answers it for the direct path: the
+    /// session is recorded (with its generation) but no slot is copied.
+    pub fn present(&mut self, ctx: &mut Context<'_>, id: SessionId) -> bool {
+        match self.entries.iter().find(|e| e.id == id) {
+            Some(e) => e.cell.is_some(),
+            None => self.touch_with(ctx, id, |_| ()).is_some(),
+        }
+    }
+
+    /// The sessions recorded, sorted (for comparing two records of one evaluation).
+    pub fn recorded(&self) -> Vec<SessionId> {
+        let mut ids: Vec<SessionId> = self.entries.iter().map(|e| e.id).collect();
+        ids.sort_unstable();
+        ids
+    }
+
     /// The role (index) of a loaded session.
     pub fn role(&self, entry: usize) -> Option<usize> {
         self.entries[entry].role

@@ -197,8 +197,8 @@ fn run_with(
 ) -> Arc<MachineService<Pairing>> {
     let started = Instant::now();
     let sim = start(executors, negotiator, seed, poke);
-    // Every direct prediction kept (single-assign: the INVITEs here) is checked against the
-    // general evaluator under the locks.
+    // Every direct prediction kept (single-assign: every message here, the MESSAGEs' `let`s
+    // and peer sessions included) is checked against the general evaluator under the locks.
     sim.service.set_verify_direct(true);
     for i in 0..executions {
         sim.send(&format!("call-{i}"), invite(i));
@@ -240,7 +240,12 @@ fn run_with(
     check_invariants(&store, &sessions, &service);
     assert_eq!(service.direct_mismatches(), 0, "a direct prediction differs from the general evaluator");
     if negotiator == Negotiator::SingleAssign {
-        assert!(service.direct_predictions() >= executions as u64, "the INVITEs were not predicted directly");
+        let messages = (executions * (rounds + 1)) as u64;
+        assert!(
+            service.direct_predictions() >= messages,
+            "not every message was predicted directly: {} of {messages}",
+            service.direct_predictions()
+        );
     }
     eprintln!(
         "{negotiator:?}: {executors} executors, {executions} executions, {} messages in {elapsed:?}: pairs {}, back-offs {}, \
