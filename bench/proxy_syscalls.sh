@@ -5,6 +5,7 @@
 #
 #   bench/proxy_syscalls.sh [RATE] [WINDOW_S]        (default 2000 calls/s, 5 s)
 #   BIN=path/to/tandem bench/proxy_syscalls.sh ...
+#   TRANSPORT=tcp bench/proxy_syscalls.sh ...        (every leg over TCP; default udp)
 #
 # Prints, per server, system calls per call by name (calls = RATE x WINDOW_S).
 set -euo pipefail
