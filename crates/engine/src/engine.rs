@@ -549,33 +549,29 @@ impl<H: Handler> MachineService<H> {
                 enabled.push((index, vars));
             }
         }
-        if enabled.len() > 1 && !env.escaped {
-            let names = enabled.iter().map(|(i, _)| compiled.transition(*i).name.name.clone()).collect();
-            return self.direct_outcome(p, Outcome::Ambiguous(names));
-        }
-        let chosen = match enabled.pop() {
-            Some((index, vars)) if !env.escaped => {
-                let program = compiled.program(index);
-                let mut needed = SortedSet::new();
-                for nav in program.handles.iter().chain(&program.moves) {
-                    let _ = nav_value(nav, &mut env, &vars, Some(&mut needed));
-                }
-                Some(Chosen { transition: index, vars, needed, holder })
+        let outcome = if enabled.len() > 1 {
+            Outcome::Ambiguous(enabled.iter().map(|(i, _)| compiled.transition(*i).name.name.clone()).collect())
+        } else if let Some((index, vars)) = enabled.pop() {
+            let program = compiled.program(index);
+            let mut needed = SortedSet::new();
+            for nav in program.handles.iter().chain(&program.moves) {
+                let _ = nav_value(nav, &mut env, &vars, Some(&mut needed));
             }
-            _ => None,
+            if let Some(id) = event.session {
+                needed.insert(key(id));
+                if let Some(h) = holder {
+                    needed.insert(key(h));
+                }
+            }
+            Outcome::Run(Chosen { transition: index, vars, needed, holder })
+        } else {
+            Outcome::Absorb
         };
         if env.escaped {
             *p = Prediction::empty();
             return false;
         }
-        let Some(mut chosen) = chosen else { return self.direct_outcome(p, Outcome::Absorb) };
-        if let Some(id) = event.session {
-            chosen.needed.insert(key(id));
-            if let Some(h) = holder {
-                chosen.needed.insert(key(h));
-            }
-        }
-        self.direct_outcome(p, Outcome::Run(chosen))
+        self.direct_outcome(p, outcome)
     }
 
     /// Completes a direct prediction with its outcome: the keys to acquire are those of the
@@ -888,18 +884,39 @@ enum Peeked<'c> {
 /// One locked look at a session: whether its role is set (a text), the role's index, and
 /// where its state is. An undeclared role (or none) answers `Via(None)`.
 fn direct_peek<'c>(compiled: &'c Compiled, s: &SipSession) -> (bool, Option<usize>, Peeked<'c>) {
-    let Some(text) = s.attributes.get(ROLE).and_then(attr_text) else { return (false, None, Peeked::Via(None)) };
-    let Some(role) = compiled.role_index(&text) else { return (true, None, Peeked::Via(None)) };
+    let Some((role, at)) = state_at(compiled, s) else { return (false, None, Peeked::Via(None)) };
+    let next = match at {
+        StateAt::Own(None) => Peeked::State(Some(compiled.candidates(&compiled.initial))),
+        StateAt::Own(Some(v)) => Peeked::State(attr_text(v).map(|t| compiled.candidates(&t))),
+        StateAt::Via(v) => Peeked::Via(match v {
+            Some(tandem_container::AttrValue::Session(id)) => Some(*id),
+            _ => None,
+        }),
+    };
+    (true, role, next)
+}
+
+/// Where a session's execution state is, as stored: its own state attribute (a role that holds
+/// it), or its `state via` attribute (any other role; none for a role without one, or an
+/// undeclared role).
+enum StateAt<'s> {
+    Own(Option<&'s tandem_container::AttrValue>),
+    Via(Option<&'s tandem_container::AttrValue>),
+}
+
+/// The role and state of a session, read under its lock as evaluation reads them: None when
+/// its role is not a text; else the role's index (None: undeclared) and where the state is.
+/// Shared by the direct path's first look (`direct_peek`) and its `state` steps (`state_step`).
+fn state_at<'s>(compiled: &Compiled, s: &'s SipSession) -> Option<(Option<usize>, StateAt<'s>)> {
+    let text = s.attributes.get(ROLE).and_then(attr_text)?;
+    let Some(role) = compiled.role_index(&text) else { return Some((None, StateAt::Via(None))) };
     let info = compiled.role_at(role);
-    if info.holds_state {
-        let candidates = match s.attributes.get(STATE) {
-            None => Some(compiled.candidates(&compiled.initial)),
-            Some(v) => attr_text(v).map(|t| compiled.candidates(&t)),
-        };
-        return (true, Some(role), Peeked::State(candidates));
-    }
-    let via = info.state_via_slot.and_then(|slot| s.attributes.get_session(&compiled.slots[slot]));
-    (true, Some(role), Peeked::Via(via))
+    let at = if info.holds_state {
+        StateAt::Own(s.attributes.get(STATE))
+    } else {
+        StateAt::Via(info.state_via_slot.and_then(|slot| s.attributes.get(&compiled.slots[slot])))
+    };
+    Some((Some(role), at))
 }
 
 /// A stored value as text, the way evaluation reads it (`reads::to_value`): a text, or bytes
@@ -992,11 +1009,8 @@ impl Env for DirectEnv<'_, '_> {
         if let Some(v) = &self.payload {
             return v.clone();
         }
-        let body = self.event.body();
-        let v = match std::str::from_utf8(&body) {
-            Ok(text) => self.session_of(text.trim()),
-            Err(_) => self.session_of(&self.event.payload()),
-        };
+        let event = self.event;
+        let v = payload_session(event, |text| self.session_of(text));
         self.payload = Some(v.clone());
         v
     }
@@ -1022,22 +1036,27 @@ impl DirectEnv<'_, '_> {
 
 /// A `state` step on a session, as `EvalEnv::session_step` takes it in a prediction: None
 /// when its role is not a text (state null, session not wanted); else the state of a role
-/// that holds it (the initial state while none is stored), the session a `state via` role
-/// names, or null (an undeclared role, a role with neither).
+/// that holds it (the initial state while none is stored), or the session a `state via`
+/// attribute names (null for an undeclared role or a role with neither).
 fn state_step(compiled: &Compiled, s: &SipSession) -> Option<StateStep> {
-    let text = s.attributes.get(ROLE).and_then(attr_text)?;
-    let Some(role) = compiled.role_index(&text) else { return Some(StateStep::Value(Value::Null)) };
-    let info = compiled.role_at(role);
-    if info.holds_state {
-        return Some(StateStep::Value(match to_value(s.attributes.get(STATE)) {
+    let (_, at) = state_at(compiled, s)?;
+    Some(match at {
+        StateAt::Own(v) => StateStep::Value(match to_value(v) {
             Value::Null => Value::Str(compiled.initial_text.clone()),
             v => v,
-        }));
-    }
-    Some(match info.state_via_slot {
-        Some(slot) => StateStep::Via(to_value(s.attributes.get(&compiled.slots[slot]))),
-        None => StateStep::Value(Value::Null),
+        }),
+        StateAt::Via(v) => StateStep::Via(to_value(v)),
     })
+}
+
+/// `session(msg.payl)` through an environment's `session_of`: the body's text, trimmed, without
+/// making a text value of it first (lossy when it is not UTF-8).
+fn payload_session(event: &Event<'_>, mut session_of: impl FnMut(&str) -> Value) -> Value {
+    let body = event.body();
+    match std::str::from_utf8(&body) {
+        Ok(text) => session_of(text.trim()),
+        Err(_) => session_of(&event.payload()),
+    }
 }
 
 /// `msg.method`, `msg.status`, `msg.cseq`, `msg.payl`, `msg.timer`, `msg.sips` of an event.
@@ -1186,11 +1205,8 @@ impl<H: Handler> Env for EvalEnv<'_, '_, H> {
     }
 
     fn payload_session(&mut self) -> Value {
-        let body = self.neg.event.body();
-        match std::str::from_utf8(&body) {
-            Ok(text) => self.session_of(text.trim()),
-            Err(_) => self.session_of(&self.neg.event.payload()),
-        }
+        let neg = self.neg;
+        payload_session(&neg.event, |text| self.session_of(text))
     }
 
     fn initial_state(&self) -> Value {
