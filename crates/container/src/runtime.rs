@@ -15,7 +15,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tandem_sip::{Flow, Message, Method, ParseError, ResponseBuilder};
-use tandem_transport::{BlockingUdpReceiver, Doorbell, ListenSpec, Protocol, Received, Sink, TransportConfig, Transports, UdpReceiver};
+use tandem_transport::{
+    BlockingUdpReceiver, Doorbell, HeldSends, ListenSpec, Protocol, Received, Sink, TransportConfig, Transports, UdpReceiver,
+};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -209,6 +211,7 @@ impl Container {
                 dispatcher: dispatcher.clone(),
                 overload_delay: config.overload_delay,
                 wakers: wakers.clone(),
+                held: HeldSends::default(),
             };
             let Some(receiver) = blocking.take() else {
                 tasks.push(tokio::spawn(run_executor(core, rx, posts_rx, udp, links)));
@@ -289,8 +292,15 @@ impl Container {
 }
 
 /// How many queued inputs (or datagrams) an executor handles before it checks its timers and
-/// the work other executors posted; what each input sends is flushed right after it.
+/// the work other executors posted; what each input sends is flushed right after it (datagrams
+/// leave then; stream messages are held until the executor waits, or [`HOLD_MAX`]).
 const BATCH: usize = 64;
+
+/// Stream messages an executor holds back before writing them (see [`flush`]): the messages a
+/// batch sends to one connection leave in one write, one system call, one segment and one
+/// wake-up of the peer, instead of one each; this bounds how long the first of them waits for
+/// the handling of the others (tens of microseconds).
+const HOLD_MAX: usize = 16;
 
 /// How often an executor publishes its counters (transactions, retransmissions) for metrics.
 const PUBLISH: Duration = Duration::from_millis(250);
@@ -327,6 +337,8 @@ struct Links {
     dispatcher: Arc<Dispatcher>,
     overload_delay: Duration,
     wakers: Arc<Wakers>,
+    /// Stream messages sent since the executor last waited, not yet written (see [`flush`]).
+    held: HeldSends,
 }
 
 /// Ready with the index of a UDP receiver that may have a datagram; pending (with the task's
@@ -347,7 +359,7 @@ async fn run_executor(
     mut rx: mpsc::Receiver<Input>,
     mut posts: mpsc::UnboundedReceiver<PostMsg>,
     mut udp: Vec<UdpReceiver>,
-    links: Links,
+    mut links: Links,
 ) {
     let sleep = tokio::time::sleep_until(tokio::time::Instant::now() + Duration::from_secs(3600));
     tokio::pin!(sleep);
@@ -361,7 +373,10 @@ async fn run_executor(
     // Counters changed since they were last published: publish within PUBLISH even if no
     // further event comes (an idle executor must not leave stale gauges behind).
     let mut dirty = false;
+    // When the last event began: the time given to a release's failure handling.
+    let mut now = Instant::now();
     loop {
+        release(&mut core, &mut links, now);
         let publish_at = dirty.then(|| last_publish + PUBLISH);
         let deadline = [core.next_deadline(), publish_at].into_iter().flatten().min();
         if deadline != armed {
@@ -372,19 +387,19 @@ async fn run_executor(
             }
             armed = deadline;
         }
-        let now = tokio::select! {
+        now = tokio::select! {
             biased;
             input = rx.recv() => {
                 let Some(input) = input.filter(|i| !matches!(i, Input::Stop)) else { break };
                 let now = Instant::now();
-                handle(&mut core, &links, now, input);
+                handle(&mut core, &mut links, now, input);
                 for _ in 1..BATCH {
                     match rx.try_recv() {
-                        Ok(input) => handle(&mut core, &links, now, input),
+                        Ok(input) => handle(&mut core, &mut links, now, input),
                         Err(_) => break,
                     }
                 }
-                after_batch(&mut core, &mut posts, &links, now);
+                after_batch(&mut core, &mut posts, &mut links, now);
                 now
             }
             i = udp_ready(&udp), if !udp.is_empty() => {
@@ -400,7 +415,7 @@ async fn run_executor(
                     match receiver.try_recv(late.is_some()) {
                         Received::Message(msg, flow, arrived) => {
                             let late = late.is_some_and(|late| arrived.is_some_and(|a| a < late));
-                            on_datagram(&mut core, &links, now, msg, flow, late);
+                            on_datagram(&mut core, &mut links, now, msg, flow, late);
                         }
                         Received::Other => {}
                         Received::Empty => {
@@ -409,13 +424,13 @@ async fn run_executor(
                         }
                     }
                 }
-                after_batch(&mut core, &mut posts, &links, now);
+                after_batch(&mut core, &mut posts, &mut links, now);
                 now
             }
             Some((service, work)) = posts.recv() => {
                 let now = Instant::now();
                 core.run_post(now, service, work);
-                flush(&mut core, &links, now);
+                flush(&mut core, &mut links, now);
                 now
             }
             _ = &mut sleep, if deadline.is_some() => {
@@ -425,7 +440,7 @@ async fn run_executor(
                 armed = None;
                 if core.next_deadline().is_some_and(|d| d <= now) {
                     core.on_timeout(now);
-                    flush(&mut core, &links, now);
+                    flush(&mut core, &mut links, now);
                 }
                 now
             }
@@ -438,6 +453,7 @@ async fn run_executor(
             dirty = false;
         }
     }
+    release(&mut core, &mut links, Instant::now());
     core.publish_stats();
 }
 
@@ -474,7 +490,7 @@ fn run_blocking_executor(
     mut rx: mpsc::Receiver<Input>,
     mut posts: mpsc::UnboundedReceiver<PostMsg>,
     mut udp: BlockingUdpReceiver,
-    links: Links,
+    mut links: Links,
 ) {
     let bell = udp.doorbell();
     let overload_delay = links.overload_delay;
@@ -494,7 +510,7 @@ fn run_blocking_executor(
             match rx.try_recv() {
                 Ok(Input::Stop) | Err(mpsc::error::TryRecvError::Disconnected) => break 'run,
                 Ok(input) => {
-                    handle(&mut core, &links, now, input);
+                    handle(&mut core, &mut links, now, input);
                     dirty = true;
                 }
                 Err(mpsc::error::TryRecvError::Empty) => break,
@@ -502,7 +518,7 @@ fn run_blocking_executor(
         }
         // Timers and posts, as after a batch on the runtime; what they change (transactions
         // ended by their timers) is published like the rest.
-        dirty |= after_batch(&mut core, &mut posts, &links, now);
+        dirty |= after_batch(&mut core, &mut posts, &mut links, now);
         if dirty && now.saturating_duration_since(last_publish) >= PUBLISH {
             core.publish_stats();
             last_publish = now;
@@ -510,6 +526,7 @@ fn run_blocking_executor(
         }
         let publish_at = dirty.then(|| last_publish + PUBLISH);
         let deadline = [core.next_deadline(), publish_at].into_iter().flatten().min();
+        release(&mut core, &mut links, now);
         bell.fall_asleep();
         if !rx.is_empty() || !posts.is_empty() || deadline.is_some_and(|d| d <= now) {
             bell.wake_up();
@@ -529,21 +546,22 @@ fn run_blocking_executor(
             behind = waited > overload_delay / 2;
             late = waited > overload_delay;
         }
-        on_datagram(&mut core, &links, now, msg, flow, late);
+        on_datagram(&mut core, &mut links, now, msg, flow, late);
     }
+    release(&mut core, &mut links, Instant::now());
     core.publish_stats();
 }
 
 /// A message an executor read from its socket: refused if it is a new call that waited too
 /// long (`late`), handled here if its Call-ID is this executor's, else handed to its owner.
-fn on_datagram(core: &mut Core, links: &Links, now: Instant, msg: Message, flow: Flow, late: bool) {
+fn on_datagram(core: &mut Core, links: &mut Links, now: Instant, msg: Message, flow: Flow, late: bool) {
     if late && is_new_call(&msg) {
         links.dispatcher.refuse(&msg, flow);
     } else if executor_for(msg.call_id(), core.executors()) == core.executor() {
         core.on_message(now, msg, flow);
         // What it sent leaves now, not after the rest of the batch and the read that finds
         // the socket empty: a message's forwarding delay is its own handling only (the same
-        // number of sends either way).
+        // number of sends either way; stream messages wait for the release before the read).
         flush(core, links, now);
     } else {
         links.dispatcher.on_message(msg, flow);
@@ -552,7 +570,7 @@ fn on_datagram(core: &mut Core, links: &Links, now: Instant, msg: Message, flow:
 
 /// After a batch of inputs: what a busy executor must not leave waiting, then the sends.
 /// Whether it fired timers or ran posts.
-fn after_batch(core: &mut Core, posts: &mut mpsc::UnboundedReceiver<PostMsg>, links: &Links, now: Instant) -> bool {
+fn after_batch(core: &mut Core, posts: &mut mpsc::UnboundedReceiver<PostMsg>, links: &mut Links, now: Instant) -> bool {
     // Under sustained load the input never runs dry: fire due timers here too.
     let mut worked = core.next_deadline().is_some_and(|d| d <= now);
     if worked {
@@ -575,9 +593,9 @@ fn after_batch(core: &mut Core, posts: &mut mpsc::UnboundedReceiver<PostMsg>, li
     worked
 }
 
-/// Handles one queued input; what it sent leaves before the next input is taken (as in the
-/// UDP arm).
-fn handle(core: &mut Core, links: &Links, now: Instant, input: Input) {
+/// Handles one queued input; what it sent over UDP leaves before the next input is taken (as
+/// in the UDP arm), over streams with the batch's other messages for the same connection.
+fn handle(core: &mut Core, links: &mut Links, now: Instant, input: Input) {
     match input {
         Input::Message(msg, flow) => core.on_message(now, msg, flow),
         Input::FlowClosed(flow) => core.on_flow_closed(now, flow),
@@ -586,12 +604,23 @@ fn handle(core: &mut Core, links: &Links, now: Instant, input: Input) {
     flush(core, links, now);
 }
 
-fn flush(core: &mut Core, links: &Links, now: Instant) {
+/// Hands what the core queued to the transports: datagrams leave at once, stream messages are
+/// held on their connections until [`release`] (or until [`HOLD_MAX`] are held).
+fn flush(core: &mut Core, links: &mut Links, now: Instant) {
     loop {
         while let Some(t) = core.poll_transmit() {
-            if let Err(e) = links.transports.send(t.flow, t.payload) {
+            if let Err(e) = links.transports.send_held(t.flow, t.payload, &mut links.held) {
                 tracing::debug!(error = %e, remote = %t.flow.remote, "send failed");
                 core.on_send_failed(now, t.flow);
+            }
+        }
+        if links.held.messages() >= HOLD_MAX {
+            let failed = write_held(links);
+            if !failed.is_empty() {
+                for flow in failed {
+                    core.on_send_failed(now, flow);
+                }
+                continue;
             }
         }
         let posts = core.take_posts();
@@ -608,6 +637,31 @@ fn flush(core: &mut Core, links: &Links, now: Instant) {
             }
         }
     }
+}
+
+/// Writes the stream messages [`flush`] held back, before the executor waits for more work;
+/// a connection that failed is reported to the core, and what that sends is written too.
+fn release(core: &mut Core, links: &mut Links, now: Instant) {
+    while !links.held.is_empty() {
+        let failed = write_held(links);
+        if failed.is_empty() {
+            return;
+        }
+        for flow in failed {
+            core.on_send_failed(now, flow);
+        }
+        flush(core, links, now);
+    }
+}
+
+/// Writes every held stream message; returns the flows whose connection failed.
+fn write_held(links: &mut Links) -> Vec<Flow> {
+    let mut failed = Vec::new();
+    links.transports.release(&mut links.held, |flow| {
+        tracing::debug!(remote = %flow.remote, "send failed");
+        failed.push(flow);
+    });
+    failed
 }
 
 #[cfg(test)]

@@ -147,6 +147,33 @@ pub enum SendError {
     NoPeer,
 }
 
+/// Stream connections with messages queued by [`Transports::send_held`], not yet written.
+#[derive(Default)]
+pub struct HeldSends {
+    connections: Vec<(Flow, Arc<stream::Shared>)>,
+    messages: usize,
+}
+
+impl HeldSends {
+    /// Messages held since the last release.
+    pub fn messages(&self) -> usize {
+        self.messages
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.connections.is_empty()
+    }
+
+    fn note(&mut self, flow: Flow, connection: Arc<stream::Shared>) {
+        self.messages += 1;
+        // A handful of connections per batch: a scan is cheaper than a map. Each flow is kept
+        // (two may name one connection), so that a failure reaches every one of them.
+        if !self.connections.iter().any(|(f, c)| *f == flow && Arc::ptr_eq(c, &connection)) {
+            self.connections.push((flow, connection));
+        }
+    }
+}
+
 /// Counters the admin endpoint exports.
 #[derive(Debug, Default)]
 pub struct TransportStats {
@@ -367,6 +394,33 @@ impl Transports {
             Transport::Tcp | Transport::Tls | Transport::Ws | Transport::Wss => tcp::send(&self.inner, flow, payload),
             Transport::InProc => inprocess::send(&self.inner, flow, payload),
             other => Err(SendError::Unsupported(other)),
+        }
+    }
+
+    /// As [`Self::send`], except that a message for an established stream connection (TCP,
+    /// TLS, WS, WSS) is queued on it and written by [`Self::release`]: the messages a batch of
+    /// work sends to one connection then leave in one write (one system call, one segment,
+    /// one wake-up of the peer) instead of one each. UDP and everything else go out at once.
+    pub fn send_held(&self, flow: Flow, payload: Bytes, held: &mut HeldSends) -> Result<(), SendError> {
+        match flow.transport {
+            Transport::Tcp | Transport::Tls | Transport::Ws | Transport::Wss => {
+                if payload.len() > self.inner.config.max_message_bytes {
+                    return Err(SendError::TooLarge);
+                }
+                tcp::hold(&self.inner, flow, payload, held)
+            }
+            _ => self.send(flow, payload),
+        }
+    }
+
+    /// Writes what [`Self::send_held`] queued; `failed` gets each flow whose connection
+    /// failed (its held messages are lost, as a failed [`Self::send`]'s are).
+    pub fn release(&self, held: &mut HeldSends, mut failed: impl FnMut(Flow)) {
+        held.messages = 0;
+        for (flow, connection) in held.connections.drain(..) {
+            if connection.release().is_err() {
+                failed(flow);
+            }
         }
     }
 

@@ -39,6 +39,9 @@ pub(crate) struct Link {
     limit: usize,
 }
 
+/// Queued messages handed to one vectored write (Linux takes up to 1,024).
+const WRITE_SLICES: usize = 32;
+
 /// Non-blocking reads and writes on a shared tokio socket.
 struct Socket<'a>(&'a TcpStream);
 
@@ -106,14 +109,31 @@ impl Link {
                 }
             }
             None => {
-                while let Some(front) = self.queue.front_mut() {
-                    match socket.try_write(front) {
-                        Ok(n) if n == front.len() => {
-                            self.queue.pop_front();
-                        }
-                        Ok(n) => *front = front.slice(n..),
+                // Messages held back together (an executor's batch, or a blocked socket) leave
+                // in one vectored write: one system call and, on TCP, one segment for them all.
+                while !self.queue.is_empty() {
+                    let mut slices = [io::IoSlice::new(&[]); WRITE_SLICES];
+                    let mut count = 0;
+                    for (slice, message) in slices.iter_mut().zip(self.queue.iter()) {
+                        *slice = io::IoSlice::new(message);
+                        count += 1;
+                    }
+                    let written = match socket.try_write_vectored(&slices[..count]) {
+                        Ok(n) => n,
                         Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
                         Err(e) => return Err(e),
+                    };
+                    if written == 0 {
+                        return Err(ErrorKind::WriteZero.into());
+                    }
+                    let mut left = written;
+                    while let Some(front) = self.queue.front_mut() {
+                        if left < front.len() {
+                            *front = front.slice(left..);
+                            break;
+                        }
+                        left -= front.len();
+                        self.queue.pop_front();
                     }
                 }
             }
@@ -125,15 +145,23 @@ impl Link {
     /// Queues one SIP message (stream framing: the bytes as they are) and writes what the
     /// socket takes. Ok(false): some of it waits for the socket.
     fn send_sip(&mut self, payload: Bytes) -> Result<bool, SendError> {
+        self.hold_sip(payload)?;
+        self.flush_out().map_err(|_| SendError::QueueFull)
+    }
+
+    /// Queues one SIP message (encrypted, for TLS) without writing it.
+    fn hold_sip(&mut self, payload: Bytes) -> Result<(), SendError> {
         if self.pending >= self.limit {
             return Err(SendError::QueueFull);
         }
         self.pending += 1;
         match &mut self.tls {
-            Some(tls) => tls.writer().write_all(&payload).map_err(|_| SendError::QueueFull)?,
-            None => self.queue.push_back(payload),
+            Some(tls) => tls.writer().write_all(&payload).map_err(|_| SendError::QueueFull),
+            None => {
+                self.queue.push_back(payload);
+                Ok(())
+            }
         }
-        self.flush_out().map_err(|_| SendError::QueueFull)
     }
 
     /// Reads what arrived into `buf` (plaintext). Ok(0): the peer closed.
@@ -315,6 +343,37 @@ impl Shared {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Queues one SIP message without writing it: [`Shared::release`] writes what was held,
+    /// so that several messages for this connection leave in one write.
+    pub(crate) fn hold(&self, payload: Bytes) -> Result<(), SendError> {
+        let mut state = self.state.lock();
+        if state.failed {
+            return Err(SendError::QueueFull);
+        }
+        match &mut state.framing {
+            Framing::Sip(link) => link.hold_sip(payload),
+            // tungstenite buffers the frame; a WouldBlock means it is buffered, not written.
+            Framing::Ws(ws) => match ws.write(frame(payload)) {
+                Ok(()) => Ok(()),
+                Err(tungstenite::Error::Io(e)) if e.kind() == ErrorKind::WouldBlock => Ok(()),
+                Err(tungstenite::Error::WriteBufferFull(_)) => Err(SendError::QueueFull),
+                Err(_) => {
+                    state.failed = true;
+                    Err(SendError::QueueFull)
+                }
+            },
+        }
+    }
+
+    /// Writes what [`Shared::hold`] queued, as far as the socket takes it; the rest is left to
+    /// the flush task. Err: the connection failed.
+    pub(crate) fn release(&self) -> io::Result<()> {
+        if !self.flush()? {
+            self.wake.notify_one();
+        }
+        Ok(())
     }
 
     /// Reads what arrived: SIP framing appends to `buf`; WebSocket pushes whole messages

@@ -267,6 +267,32 @@ pub(crate) fn send(inner: &Inner, flow: Flow, payload: Bytes) -> Result<(), Send
     queued
 }
 
+/// As [`send`], but a message for an established connection is only queued on it, and the
+/// connection noted in `held` for [`crate::Transports::release`].
+pub(crate) fn hold(inner: &Inner, flow: Flow, payload: Bytes, held: &mut crate::HeldSends) -> Result<(), SendError> {
+    let direct = {
+        let conns = inner.connections.lock();
+        let id = if flow.connection != 0 && conns.by_id.contains_key(&flow.connection) {
+            Some(flow.connection)
+        } else {
+            conns.by_remote.get(&(flow.transport, flow.remote)).copied()
+        };
+        match id.and_then(|id| conns.by_id.get(&id)).map(|c| &c.writer) {
+            Some(Writer::Direct(direct)) => Some(direct.clone()),
+            _ => None,
+        }
+    };
+    let Some(direct) = direct else { return send(inner, flow, payload) };
+    let queued = direct.hold(payload);
+    match queued {
+        Ok(()) => held.note(flow, direct),
+        Err(_) => {
+            inner.stats.tcp_queue_full.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    queued
+}
+
 /// Opens a connection (TCP, TLS, WS or WSS as `flow.transport` says; TCP for anything else)
 /// in the background; the payload waits in its queue.
 fn connect(inner: &Inner, flow: Flow, payload: Bytes) -> Result<(), SendError> {

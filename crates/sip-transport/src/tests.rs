@@ -574,6 +574,119 @@ async fn tcp_direct_writes_keep_order_under_backpressure_and_bound_the_queue() {
     t.shutdown();
 }
 
+/// Held stream sends are written only on release, all together and in order, also when a
+/// direct send to the same connection comes between; the write queue's limit counts them.
+#[tokio::test]
+async fn held_sends_leave_on_release_in_order_and_count_against_the_queue() {
+    let (t, sink) = start(TransportConfig { tcp_write_queue: 8, ..Default::default() }).await;
+    let server = t.local_addrs()[1].1;
+    let mut client = TcpStream::connect(server).await.unwrap();
+    client.write_all(OPTIONS.as_bytes()).await.unwrap();
+    wait_for(|| sink.messages.lock().len() == 1).await;
+    let flow = sink.messages.lock()[0].1;
+    let mut held = HeldSends::default();
+    for i in 0..5u8 {
+        t.send_held(flow, Bytes::from(vec![b'0' + i; 3]), &mut held).unwrap();
+    }
+    assert_eq!(held.messages(), 5);
+    let mut buf = [0u8; 64];
+    let early = tokio::time::timeout(Duration::from_millis(100), client.read(&mut buf)).await;
+    assert!(early.is_err(), "held messages were written before the release: {early:?}");
+    t.release(&mut held, |f| panic!("{f:?} reported failed"));
+    assert!(held.is_empty() && held.messages() == 0);
+    let mut got = vec![0u8; 15];
+    tokio::time::timeout(Duration::from_secs(5), client.read_exact(&mut got)).await.unwrap().unwrap();
+    assert_eq!(&got, b"000111222333444");
+    // A direct send writes what was held before it, first.
+    t.send_held(flow, Bytes::from_static(b"held"), &mut held).unwrap();
+    t.send(flow, Bytes::from_static(b"sent")).unwrap();
+    let mut got = [0u8; 8];
+    tokio::time::timeout(Duration::from_secs(5), client.read_exact(&mut got)).await.unwrap().unwrap();
+    assert_eq!(&got, b"heldsent");
+    t.release(&mut held, |f| panic!("{f:?} reported failed"));
+    // Held messages count against the write queue's limit (8).
+    let refused = (0..10).filter(|_| t.send_held(flow, Bytes::from_static(b"x"), &mut held).is_err()).count();
+    assert_eq!(refused, 2);
+    t.release(&mut held, |f| panic!("{f:?} reported failed"));
+    let mut got = [0u8; 8];
+    tokio::time::timeout(Duration::from_secs(5), client.read_exact(&mut got)).await.unwrap().unwrap();
+    assert_eq!(&got, b"xxxxxxxx");
+    // UDP is not held: it goes at once.
+    let peer = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let udp = Flow { transport: Transport::Udp, listener: 0, connection: 0, remote: peer.local_addr().unwrap() };
+    t.send_held(udp, Bytes::from_static(b"now"), &mut held).unwrap();
+    assert!(held.is_empty());
+    let n = tokio::time::timeout(Duration::from_secs(5), peer.recv(&mut buf)).await.unwrap().unwrap();
+    assert_eq!(&buf[..n], b"now");
+    t.shutdown();
+}
+
+/// Held sends over TLS (encrypted when held, written on release) and WSS (one WebSocket
+/// message each) arrive whole and in order after the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_sends_over_tls_and_wss_arrive_in_order() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message as WsMessage;
+    let pki = test_pki();
+    let config = || TransportConfig { tls: tls_config(&pki), ..Default::default() };
+    let (t, sink, server) = start_tls(config()).await;
+    let mut client = tls_client(&pki.0, server).await;
+    client.write_all(OPTIONS.as_bytes()).await.unwrap();
+    wait_for(|| sink.messages.lock().len() == 1).await;
+    let flow = sink.messages.lock()[0].1;
+    let mut held = HeldSends::default();
+    for part in ["one", "two", "six"] {
+        t.send_held(flow, Bytes::from_static(part.as_bytes()), &mut held).unwrap();
+    }
+    t.release(&mut held, |f| panic!("{f:?} reported failed"));
+    let mut got = [0u8; 9];
+    tokio::time::timeout(Duration::from_secs(5), client.read_exact(&mut got)).await.unwrap().unwrap();
+    assert_eq!(&got, b"onetwosix");
+    t.shutdown();
+
+    let (t, sink, _, wss_addr) = start_ws(config()).await;
+    let mut request = format!("wss://{wss_addr}/").into_client_request().unwrap();
+    request.headers_mut().insert("sec-websocket-protocol", "sip".parse().unwrap());
+    let (mut client, _) = tokio_tungstenite::client_async(request, tls_client(&pki.0, wss_addr).await).await.unwrap();
+    client.send(WsMessage::text(OPTIONS)).await.unwrap();
+    wait_for(|| sink.messages.lock().len() == 1).await;
+    let flow = sink.messages.lock()[0].1;
+    for part in ["one", "two", "six"] {
+        t.send_held(flow, Bytes::from_static(part.as_bytes()), &mut held).unwrap();
+    }
+    t.release(&mut held, |f| panic!("{f:?} reported failed"));
+    for part in ["one", "two", "six"] {
+        match tokio::time::timeout(Duration::from_secs(5), client.next()).await.unwrap().unwrap().unwrap() {
+            WsMessage::Text(text) => assert_eq!(text.as_str(), part),
+            other => panic!("expected {part}, got {other:?}"),
+        }
+    }
+    t.shutdown();
+}
+
+/// A connection that fails while messages are held on it is reported by the release.
+#[tokio::test]
+async fn held_sends_on_a_failed_connection_are_reported_on_release() {
+    let (t, sink) = start(TransportConfig::default()).await;
+    let server = t.local_addrs()[1].1;
+    let mut client = TcpStream::connect(server).await.unwrap();
+    client.write_all(OPTIONS.as_bytes()).await.unwrap();
+    wait_for(|| sink.messages.lock().len() == 1).await;
+    let flow = sink.messages.lock()[0].1;
+    let mut held = HeldSends::default();
+    t.send_held(flow, Bytes::from_static(b"lost"), &mut held).unwrap();
+    drop(client);
+    // Once the server has read the close, holding more is refused.
+    let mut probe = HeldSends::default();
+    wait_for(|| t.send_held(flow, Bytes::from_static(b"probe"), &mut probe).is_err()).await;
+    t.release(&mut probe, |_| {});
+    let mut failed = Vec::new();
+    t.release(&mut held, |f| failed.push(f));
+    assert_eq!(failed, vec![flow]);
+    t.shutdown();
+}
+
 /// Shutting an endpoint down closes its connections, outgoing (written directly) and accepted
 /// alike: the peers read end of stream. Before, a direct writer outlived its aborted reader
 /// and kept the socket open.
