@@ -247,48 +247,45 @@ fn report_invalid(inner: &Inner, buf: &BytesMut, head_len: Option<usize>, flow: 
 }
 
 pub(crate) fn send(inner: &Inner, flow: Flow, payload: Bytes) -> Result<(), SendError> {
-    let existing = {
-        let conns = inner.connections.lock();
-        let id = if flow.connection != 0 && conns.by_id.contains_key(&flow.connection) {
-            Some(flow.connection)
-        } else {
-            conns.by_remote.get(&(flow.transport, flow.remote)).copied()
-        };
-        id.and_then(|id| conns.by_id.get(&id).map(|c| c.writer.clone()))
-    };
-    let queued = match existing {
-        Some(Writer::Queued(tx)) => tx.try_send(payload).map_err(|_| SendError::QueueFull),
-        Some(Writer::Direct(direct)) => direct.send(payload),
-        None => return connect(inner, flow, payload),
-    };
-    if queued.is_err() {
-        inner.stats.tcp_queue_full.fetch_add(1, Ordering::Relaxed);
-    }
-    queued
+    send_with(inner, flow, payload, writer_of(inner, flow))
 }
 
 /// As [`send`], but a message for an established connection is only queued on it, and the
 /// connection noted in `held` for [`crate::Transports::release`].
 pub(crate) fn hold(inner: &Inner, flow: Flow, payload: Bytes, held: &mut crate::HeldSends) -> Result<(), SendError> {
-    let direct = {
-        let conns = inner.connections.lock();
-        let id = if flow.connection != 0 && conns.by_id.contains_key(&flow.connection) {
-            Some(flow.connection)
-        } else {
-            conns.by_remote.get(&(flow.transport, flow.remote)).copied()
-        };
-        match id.and_then(|id| conns.by_id.get(&id)).map(|c| &c.writer) {
-            Some(Writer::Direct(direct)) => Some(direct.clone()),
-            _ => None,
-        }
+    let direct = match writer_of(inner, flow) {
+        Some(Writer::Direct(direct)) => direct,
+        other => return send_with(inner, flow, payload, other),
     };
-    let Some(direct) = direct else { return send(inner, flow, payload) };
     let queued = direct.hold(payload);
     match queued {
         Ok(()) => held.note(flow, direct),
         Err(_) => {
             inner.stats.tcp_queue_full.fetch_add(1, Ordering::Relaxed);
         }
+    }
+    queued
+}
+
+/// The writer of the connection `flow` names, else of one to its remote over its transport.
+fn writer_of(inner: &Inner, flow: Flow) -> Option<Writer> {
+    let conns = inner.connections.lock();
+    let id = if flow.connection != 0 && conns.by_id.contains_key(&flow.connection) {
+        Some(flow.connection)
+    } else {
+        conns.by_remote.get(&(flow.transport, flow.remote)).copied()
+    };
+    id.and_then(|id| conns.by_id.get(&id).map(|c| c.writer.clone()))
+}
+
+fn send_with(inner: &Inner, flow: Flow, payload: Bytes, writer: Option<Writer>) -> Result<(), SendError> {
+    let queued = match writer {
+        Some(Writer::Queued(tx)) => tx.try_send(payload).map_err(|_| SendError::QueueFull),
+        Some(Writer::Direct(direct)) => direct.send(payload),
+        None => return connect(inner, flow, payload),
+    };
+    if queued.is_err() {
+        inner.stats.tcp_queue_full.fetch_add(1, Ordering::Relaxed);
     }
     queued
 }

@@ -32,6 +32,17 @@ async fn start(config: TransportConfig) -> (Transports, Arc<Collect>) {
     (t, sink)
 }
 
+/// An endpoint with a TCP client connected to it, and the flow of the client's first message.
+async fn tcp_client(config: TransportConfig) -> (Transports, Arc<Collect>, TcpStream, Flow) {
+    let (t, sink) = start(config).await;
+    let server = t.local_addrs()[1].1;
+    let mut client = TcpStream::connect(server).await.unwrap();
+    client.write_all(OPTIONS.as_bytes()).await.unwrap();
+    wait_for(|| sink.messages.lock().len() == 1).await;
+    let flow = sink.messages.lock()[0].1;
+    (t, sink, client, flow)
+}
+
 async fn wait_for(mut f: impl FnMut() -> bool) {
     for _ in 0..200 {
         if f() {
@@ -537,12 +548,7 @@ async fn udp_first_datagrams_of_a_fresh_listener_are_sent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_direct_writes_keep_order_under_backpressure_and_bound_the_queue() {
-    let (t, sink) = start(TransportConfig { tcp_write_queue: 64, ..Default::default() }).await;
-    let server = t.local_addrs()[1].1;
-    let mut client = TcpStream::connect(server).await.unwrap();
-    client.write_all(OPTIONS.as_bytes()).await.unwrap();
-    wait_for(|| sink.messages.lock().len() == 1).await;
-    let flow = sink.messages.lock()[0].1;
+    let (t, _sink, mut client, flow) = tcp_client(TransportConfig { tcp_write_queue: 64, ..Default::default() }).await;
     // The client does not read yet: the kernel buffers fill, later sends are queued, and
     // beyond the queue limit sending fails instead of growing without bound.
     let chunk = 60_000;
@@ -578,12 +584,7 @@ async fn tcp_direct_writes_keep_order_under_backpressure_and_bound_the_queue() {
 /// direct send to the same connection comes between; the write queue's limit counts them.
 #[tokio::test]
 async fn held_sends_leave_on_release_in_order_and_count_against_the_queue() {
-    let (t, sink) = start(TransportConfig { tcp_write_queue: 8, ..Default::default() }).await;
-    let server = t.local_addrs()[1].1;
-    let mut client = TcpStream::connect(server).await.unwrap();
-    client.write_all(OPTIONS.as_bytes()).await.unwrap();
-    wait_for(|| sink.messages.lock().len() == 1).await;
-    let flow = sink.messages.lock()[0].1;
+    let (t, _sink, mut client, flow) = tcp_client(TransportConfig { tcp_write_queue: 8, ..Default::default() }).await;
     let mut held = HeldSends::default();
     for i in 0..5u8 {
         t.send_held(flow, Bytes::from(vec![b'0' + i; 3]), &mut held).unwrap();
@@ -621,12 +622,19 @@ async fn held_sends_leave_on_release_in_order_and_count_against_the_queue() {
     t.shutdown();
 }
 
+/// A WebSocket client over TLS offering the `sip` subprotocol.
+async fn wss_client(ca: &str, server: SocketAddr) -> tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<TcpStream>> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut request = format!("wss://{server}/").into_client_request().unwrap();
+    request.headers_mut().insert("sec-websocket-protocol", "sip".parse().unwrap());
+    tokio_tungstenite::client_async(request, tls_client(ca, server).await).await.unwrap().0
+}
+
 /// Held sends over TLS (encrypted when held, written on release) and WSS (one WebSocket
 /// message each) arrive whole and in order after the release.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_sends_over_tls_and_wss_arrive_in_order() {
     use futures_util::{SinkExt, StreamExt};
-    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     use tokio_tungstenite::tungstenite::Message as WsMessage;
     let pki = test_pki();
     let config = || TransportConfig { tls: tls_config(&pki), ..Default::default() };
@@ -646,9 +654,7 @@ async fn held_sends_over_tls_and_wss_arrive_in_order() {
     t.shutdown();
 
     let (t, sink, _, wss_addr) = start_ws(config()).await;
-    let mut request = format!("wss://{wss_addr}/").into_client_request().unwrap();
-    request.headers_mut().insert("sec-websocket-protocol", "sip".parse().unwrap());
-    let (mut client, _) = tokio_tungstenite::client_async(request, tls_client(&pki.0, wss_addr).await).await.unwrap();
+    let mut client = wss_client(&pki.0, wss_addr).await;
     client.send(WsMessage::text(OPTIONS)).await.unwrap();
     wait_for(|| sink.messages.lock().len() == 1).await;
     let flow = sink.messages.lock()[0].1;
@@ -668,12 +674,7 @@ async fn held_sends_over_tls_and_wss_arrive_in_order() {
 /// A connection that fails while messages are held on it is reported by the release.
 #[tokio::test]
 async fn held_sends_on_a_failed_connection_are_reported_on_release() {
-    let (t, sink) = start(TransportConfig::default()).await;
-    let server = t.local_addrs()[1].1;
-    let mut client = TcpStream::connect(server).await.unwrap();
-    client.write_all(OPTIONS.as_bytes()).await.unwrap();
-    wait_for(|| sink.messages.lock().len() == 1).await;
-    let flow = sink.messages.lock()[0].1;
+    let (t, _sink, client, flow) = tcp_client(TransportConfig::default()).await;
     let mut held = HeldSends::default();
     t.send_held(flow, Bytes::from_static(b"lost"), &mut held).unwrap();
     drop(client);
@@ -720,7 +721,6 @@ async fn shutdown_closes_outgoing_and_accepted_connections() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_and_wss_direct_writes_keep_order_under_backpressure_and_bound_the_queue() {
     use futures_util::{SinkExt, StreamExt};
-    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     use tokio_tungstenite::tungstenite::Message as WsMessage;
     let pki = test_pki();
     let config = || TransportConfig { tls: tls_config(&pki), tcp_write_queue: 64, ..Default::default() };
@@ -769,9 +769,7 @@ async fn tls_and_wss_direct_writes_keep_order_under_backpressure_and_bound_the_q
 
     // WSS: one WebSocket message per SIP message.
     let (t, sink, _, wss_addr) = start_ws(config()).await;
-    let mut request = format!("wss://{wss_addr}/").into_client_request().unwrap();
-    request.headers_mut().insert("sec-websocket-protocol", "sip".parse().unwrap());
-    let (mut client, _) = tokio_tungstenite::client_async(request, tls_client(&pki.0, wss_addr).await).await.unwrap();
+    let mut client = wss_client(&pki.0, wss_addr).await;
     client.send(WsMessage::text(OPTIONS)).await.unwrap();
     wait_for(|| sink.messages.lock().len() == 1).await;
     let sent = flood(&t, sink.messages.lock()[0].1);
