@@ -14,6 +14,7 @@ side by side:
     # two Tandem builds and Kamailio, interleaved: a scenario may name its binary after '@'
     python3 bench/capture_latency.py --scenarios proxy200@/tmp/tandem-base,proxy200,kamailio200
     KEEP_PCAP=/tmp/pcaps python3 bench/capture_latency.py ...   # keep each step's capture there
+    python3 bench/capture_latency.py --transport tcp --rates 1000,3000   # every leg over TCP
 
 With several rates the servers take turns at each rate (Tandem, Kamailio, next rate), and a
 markdown table of the percentiles side by side is written next to the JSON.
@@ -45,9 +46,10 @@ sys.path.insert(0, HERE)
 import find_max_rate as fmr  # noqa: E402
 
 
-def packets(path):
+def packets(path, proto=17):
     """(timestamp_s, src_port, dst_port, payload) of UDP/IPv4 packets in a pcap (Ethernet or
-    Linux cooked), microsecond or nanosecond timestamps."""
+    Linux cooked), microsecond or nanosecond timestamps; with proto=6, TCP segments as
+    (timestamp_s, src_port, dst_port, payload, seq)."""
     with open(path, "rb") as f:
         head = f.read(24)
         if len(head) < 24:
@@ -70,11 +72,66 @@ def packets(path):
             sec, frac, incl, _ = struct.unpack(endian + "IIII", rec)
             data = f.read(incl)
             ip = data[link_len:]
-            if len(ip) < 28 or ip[0] >> 4 != 4 or ip[9] != 17:
+            if len(ip) < 28 or ip[0] >> 4 != 4 or ip[9] != proto:
                 continue
             ihl = (ip[0] & 0x0F) * 4
             sport, dport = struct.unpack(">HH", ip[ihl:ihl + 4])
-            yield sec + frac * scale, sport, dport, ip[ihl + 8:]
+            if proto == 17:
+                yield sec + frac * scale, sport, dport, ip[ihl + 8:]
+                continue
+            total = struct.unpack(">H", ip[2:4])[0]
+            seq = struct.unpack(">I", ip[ihl + 4:ihl + 8])[0]
+            doff = (ip[ihl + 12] >> 4) * 4
+            payload = ip[ihl + doff:total]
+            if payload:
+                yield sec + frac * scale, sport, dport, payload, seq
+
+
+# How a SIP message can begin, to find the next one after a gap in a captured stream.
+STARTS = (b"INVITE ", b"ACK ", b"BYE ", b"CANCEL ", b"OPTIONS ", b"SIP/2.0 ", b"PRACK ", b"UPDATE ")
+
+
+def messages(path, transport):
+    """(timestamp_s, src_port, dst_port, message) of every SIP message captured. Over UDP a
+    datagram is a message; over TCP each direction of each connection is reassembled and cut
+    at the header section's end plus Content-Length (a segment may carry several messages:
+    Tandem writes a batch's messages to a connection at once), a message stamped with the
+    segment that completed it."""
+    if transport == "udp":
+        yield from packets(path)
+        return
+    streams = {}  # (sport, dport) -> [next seq, buffer]
+    for ts, sport, dport, payload, seq in packets(path, proto=6):
+        st = streams.setdefault((sport, dport), [seq, b""])
+        if seq != st[0]:
+            ahead = (seq - st[0]) % (1 << 32)
+            if ahead >= 1 << 31:  # a retransmission of what was seen: keep only what is new
+                old = (st[0] - seq) % (1 << 32)
+                if old >= len(payload):
+                    continue
+                payload, seq = payload[old:], st[0]
+            else:  # a gap (not captured): start again at the next message start
+                st[1] = b""
+                at = min((i for i in (payload.find(m) for m in STARTS) if i >= 0), default=-1)
+                if at < 0:
+                    st[0] = (seq + len(payload)) % (1 << 32)
+                    continue
+                payload, seq = payload[at:], seq + at
+        st[0] = (seq + len(payload)) % (1 << 32)
+        buf = st[1] + payload
+        while True:
+            buf = buf.lstrip(b"\r\n")  # keep-alive CRLFs
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                break
+            head = buf[:end + 4]
+            length = header(head, b"content-length") or header(head, b"l") or b"0"
+            size = end + 4 + int(length)
+            if len(buf) < size:
+                break
+            yield ts, sport, dport, buf[:size]
+            buf = buf[size:]
+        st[1] = buf
 
 
 def header(payload, name):
@@ -87,7 +144,7 @@ def header(payload, name):
     return None
 
 
-def call_times_us(path, server_port):
+def call_times_us(path, server_port, transport="udp", callee_port=None):
     """Per call (by Call-ID, the first of each message), in microseconds, each list sorted:
     `setup`, the caller's INVITE in → the server's 200 OK (CSeq INVITE) out to that caller;
     `server`, the time the INVITE and its 200 spent inside the server (INVITE in → INVITE out
@@ -96,13 +153,16 @@ def call_times_us(path, server_port):
     handling, sending, and its wake-ups) and what is SIPp's."""
     first = {}   # (cid, event) -> timestamp
     caller = {}
-    for ts, sport, dport, payload in packets(path):
+    for ts, sport, dport, payload in messages(path, transport):
+        # Towards the server: to its port, or (its connections to the callee leave from
+        # another port over TCP) from the callee's.
+        inward = dport == server_port or (callee_port is not None and sport == callee_port)
         if payload.startswith(b"INVITE "):
-            ev = "inv_in" if dport == server_port else "inv_out"
+            ev = "inv_in" if inward else "inv_out"
         elif payload.startswith(b"SIP/2.0 200"):
             if not (header(payload, b"cseq") or b"").endswith(b"INVITE"):
                 continue
-            ev = "ok_in" if dport == server_port else "ok_out"
+            ev = "ok_in" if inward else "ok_out"
         else:
             continue
         cid = header(payload, b"call-id")
@@ -132,7 +192,7 @@ def run(args, label, rate):
     tandem binary, e.g. the build before a change, measured in the same run)."""
     scenario, _, binary = label.partition("@")
     ns = argparse.Namespace(**vars(args))
-    ns.transport = "udp"
+    ns.transport = args.transport
     if binary:
         ns.binary = os.path.abspath(binary)
     work = tempfile.mkdtemp(prefix="tandem-capture-")
@@ -141,9 +201,15 @@ def run(args, label, rate):
     dump = None
     try:
         rig.start()
-        dump = subprocess.Popen(["tcpdump", "-i", "lo", "-n", "-s", "700", "-B", "65536", "-w", pcap,
-                                 "udp port %d" % rig.port], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                start_new_session=True)
+        if args.transport == "udp":
+            # The server sends to the callee from its own port: one filter sees both legs.
+            snap, ports = "700", "udp port %d" % rig.port
+        else:
+            # Whole segments (a batch of messages may share one); the callee leg by its port.
+            snap = "0"
+            ports = " or ".join("tcp port %d" % p for p in (rig.port, rig.uas_port) if p)
+        dump = subprocess.Popen(["tcpdump", "-i", "lo", "-n", "-s", snap, "-B", "65536", "-w", pcap, ports],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
         time.sleep(1.0)
         step = rig.step(rate)
     finally:
@@ -153,7 +219,7 @@ def run(args, label, rate):
         else:
             err = ""
         rig.stop()
-    times = call_times_us(pcap, rig.port)
+    times = call_times_us(pcap, rig.port, args.transport, rig.uas_port)
     lat = times["setup"]
     dropped = next((line for line in err.splitlines() if "dropped by kernel" in line), "")
     if os.environ.get("KEEP_PCAP"):  # a directory: keep each run's capture there
@@ -175,7 +241,7 @@ def run(args, label, rate):
 
 def markdown(out, scenarios, rates, argv):
     m = out["machine"]
-    lines = ["# Setup delay from a capture of the client leg (µs), Proxy 200 over UDP", "",
+    lines = ["# Setup delay from a capture of the client leg (µs), Proxy 200 over %s" % out.get("transport", "udp").upper(), "",
              "`python3 bench/capture_latency.py %s` (tandem %s). Machine: %s, %d cores, "
              "kernel %s." % (" ".join(argv), out["git_rev"], m.get("cpu_model"),
                              m.get("nproc", 0), m.get("kernel")), "",
@@ -232,6 +298,8 @@ def main(argv=None):
     ap.add_argument("--kamailio-pkg", type=int, default=32)
     ap.add_argument("--kamailio-children", type=int, default=2)
     ap.add_argument("--kamailio-mem", default="tlsf")
+    ap.add_argument("--transport", choices=("udp", "tcp"), default="udp",
+                    help="every leg over this transport (TCP: both legs captured, streams reassembled)")
     ap.add_argument("--json", default=os.path.join(HERE, "results", "capture-latency.json"))
     args = ap.parse_args(argv)
     args.binary = os.path.abspath(args.binary)
@@ -254,7 +322,7 @@ def main(argv=None):
                   *("%.0f" % v if v is not None else "-" for v in (sv["p50"], sv["p99"], ce["p50"], ce["p99"]))),
               flush=True)
     out = {"machine": fmr.machine(), "git_rev": fmr.git_rev(), "method": __doc__.split("\n\n")[1].replace("\n", " "),
-           "rounds": args.rounds, "results": results}
+           "rounds": args.rounds, "transport": args.transport, "results": results}
     with open(args.json, "w") as f:
         json.dump(out, f, indent=1)
     print("wrote", os.path.relpath(args.json, REPO))

@@ -407,6 +407,8 @@ class Rig:
         self.port = free_port()
         self.admin = free_port()
         self.mode = "u1" if args.transport == "udp" else "t1"
+        # The SIPp callee's port, where there is one (set by start).
+        self.uas_port = None
         # --callees N: the callers cycle through N request-URI users (a SIPp injection file),
         # so that per-callee database rows (B2BUA policies and billing) are not one hot row.
         self.scenario_file, self.inf, self.callees = SCENARIO, None, []
@@ -425,6 +427,7 @@ class Rig:
         a = self.args
         if self.scenario in ("proxy200", "kamailio200", "b2bua_nt", "b2bua_1t", "b2bua_2t"):
             p2 = free_port()
+            self.uas_port = p2
             self.uas_out = open(os.path.join(self.dir, "uas.stdout.log"), "wb")
             self.uas = subprocess.Popen(
                 ["sipp", "-sn", "uas", "-i", "127.0.0.1", "-p", str(p2), "-t", self.mode,
