@@ -614,14 +614,8 @@ fn flush(core: &mut Core, links: &mut Links, now: Instant) {
                 core.on_send_failed(now, t.flow);
             }
         }
-        if links.held.messages() >= HOLD_MAX {
-            let failed = write_held(links);
-            if !failed.is_empty() {
-                for flow in failed {
-                    core.on_send_failed(now, flow);
-                }
-                continue;
-            }
+        if links.held.messages() >= HOLD_MAX && write_held(core, links, now) {
+            continue;
         }
         let posts = core.take_posts();
         if posts.is_empty() {
@@ -640,26 +634,21 @@ fn flush(core: &mut Core, links: &mut Links, now: Instant) {
 }
 
 /// Writes the stream messages [`flush`] held back, before the executor waits for more work;
-/// a connection that failed is reported to the core, and what that sends is written too.
+/// what the core sends about a failed connection is written too.
 fn release(core: &mut Core, links: &mut Links, now: Instant) {
-    while !links.held.is_empty() {
-        let failed = write_held(links);
-        if failed.is_empty() {
-            return;
-        }
-        for flow in failed {
-            core.on_send_failed(now, flow);
-        }
+    while !links.held.is_empty() && write_held(core, links, now) {
         flush(core, links, now);
     }
 }
 
-/// Writes every held stream message; returns the flows whose connection failed.
-fn write_held(links: &mut Links) -> Vec<Flow> {
-    let mut failed = Vec::new();
+/// Writes every held stream message and reports each flow whose connection failed to the
+/// core (which may queue more sends): whether any failed.
+fn write_held(core: &mut Core, links: &mut Links, now: Instant) -> bool {
+    let mut failed = false;
     links.transports.release(&mut links.held, |flow| {
         tracing::debug!(remote = %flow.remote, "send failed");
-        failed.push(flow);
+        core.on_send_failed(now, flow);
+        failed = true;
     });
     failed
 }

@@ -386,15 +386,7 @@ impl Transports {
     /// flow's connection, or on a connection to `flow.remote` over the same transport (reused,
     /// or opened in the background).
     pub fn send(&self, flow: Flow, payload: Bytes) -> Result<(), SendError> {
-        if payload.len() > self.inner.config.max_message_bytes {
-            return Err(SendError::TooLarge);
-        }
-        match flow.transport {
-            Transport::Udp => udp::send(&self.inner, flow, &payload),
-            Transport::Tcp | Transport::Tls | Transport::Ws | Transport::Wss => tcp::send(&self.inner, flow, payload),
-            Transport::InProc => inprocess::send(&self.inner, flow, payload),
-            other => Err(SendError::Unsupported(other)),
-        }
+        self.dispatch(flow, payload, None)
     }
 
     /// As [`Self::send`], except that a message for an established stream connection (TCP,
@@ -402,14 +394,21 @@ impl Transports {
     /// work sends to one connection then leave in one write (one system call, one segment,
     /// one wake-up of the peer) instead of one each. UDP and everything else go out at once.
     pub fn send_held(&self, flow: Flow, payload: Bytes, held: &mut HeldSends) -> Result<(), SendError> {
+        self.dispatch(flow, payload, Some(held))
+    }
+
+    fn dispatch(&self, flow: Flow, payload: Bytes, held: Option<&mut HeldSends>) -> Result<(), SendError> {
+        if payload.len() > self.inner.config.max_message_bytes {
+            return Err(SendError::TooLarge);
+        }
         match flow.transport {
-            Transport::Tcp | Transport::Tls | Transport::Ws | Transport::Wss => {
-                if payload.len() > self.inner.config.max_message_bytes {
-                    return Err(SendError::TooLarge);
-                }
-                tcp::hold(&self.inner, flow, payload, held)
-            }
-            _ => self.send(flow, payload),
+            Transport::Udp => udp::send(&self.inner, flow, &payload),
+            Transport::Tcp | Transport::Tls | Transport::Ws | Transport::Wss => match held {
+                Some(held) => tcp::hold(&self.inner, flow, payload, held),
+                None => tcp::send(&self.inner, flow, payload),
+            },
+            Transport::InProc => inprocess::send(&self.inner, flow, payload),
+            other => Err(SendError::Unsupported(other)),
         }
     }
 

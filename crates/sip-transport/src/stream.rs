@@ -318,23 +318,16 @@ impl Shared {
     /// Sends one SIP message: written at once as far as the socket takes it, the rest queued
     /// for the flush task.
     pub(crate) fn send(&self, payload: Bytes) -> Result<(), SendError> {
-        let mut state = self.state.lock();
-        if state.failed {
+        let mut guard = self.state.lock();
+        let State { framing, failed } = &mut *guard;
+        if *failed {
             return Err(SendError::QueueFull);
         }
-        let written = match &mut state.framing {
+        let written = match framing {
             Framing::Sip(link) => link.send_sip(payload),
-            Framing::Ws(ws) => match ws.write(frame(payload)).and_then(|()| ws.flush()) {
-                Ok(()) => Ok(true),
-                Err(tungstenite::Error::Io(e)) if e.kind() == ErrorKind::WouldBlock => Ok(false),
-                Err(tungstenite::Error::WriteBufferFull(_)) => Err(SendError::QueueFull),
-                Err(_) => {
-                    state.failed = true;
-                    Err(SendError::QueueFull)
-                }
-            },
+            Framing::Ws(ws) => ws_outcome(ws.write(frame(payload)).and_then(|()| ws.flush()), failed),
         };
-        drop(state);
+        drop(guard);
         match written {
             Ok(true) => Ok(()),
             Ok(false) => {
@@ -348,22 +341,15 @@ impl Shared {
     /// Queues one SIP message without writing it: [`Shared::release`] writes what was held,
     /// so that several messages for this connection leave in one write.
     pub(crate) fn hold(&self, payload: Bytes) -> Result<(), SendError> {
-        let mut state = self.state.lock();
-        if state.failed {
+        let mut guard = self.state.lock();
+        let State { framing, failed } = &mut *guard;
+        if *failed {
             return Err(SendError::QueueFull);
         }
-        match &mut state.framing {
+        match framing {
             Framing::Sip(link) => link.hold_sip(payload),
-            // tungstenite buffers the frame; a WouldBlock means it is buffered, not written.
-            Framing::Ws(ws) => match ws.write(frame(payload)) {
-                Ok(()) => Ok(()),
-                Err(tungstenite::Error::Io(e)) if e.kind() == ErrorKind::WouldBlock => Ok(()),
-                Err(tungstenite::Error::WriteBufferFull(_)) => Err(SendError::QueueFull),
-                Err(_) => {
-                    state.failed = true;
-                    Err(SendError::QueueFull)
-                }
-            },
+            // tungstenite buffers the frame (a WouldBlock: buffered, not written).
+            Framing::Ws(ws) => ws_outcome(ws.write(frame(payload)), failed).map(|_| ()),
         }
     }
 
@@ -505,6 +491,20 @@ impl Shared {
 impl Drop for Shared {
     fn drop(&mut self) {
         let _ = socket2::SockRef::from(&*self.socket).shutdown(std::net::Shutdown::Write);
+    }
+}
+
+/// What a WebSocket write (and flush) came to: written (true), buffered for the socket
+/// (false), refused (its buffer full), or failed, which fails the connection.
+fn ws_outcome(result: Result<(), tungstenite::Error>, failed: &mut bool) -> Result<bool, SendError> {
+    match result {
+        Ok(()) => Ok(true),
+        Err(tungstenite::Error::Io(e)) if e.kind() == ErrorKind::WouldBlock => Ok(false),
+        Err(tungstenite::Error::WriteBufferFull(_)) => Err(SendError::QueueFull),
+        Err(_) => {
+            *failed = true;
+            Err(SendError::QueueFull)
+        }
     }
 }
 
