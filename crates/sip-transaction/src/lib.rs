@@ -304,7 +304,7 @@ impl TransactionLayer {
             // A Proceeding INVITE transaction has no retransmission timer (G starts in
             // Completed, the 2xx one in Accepted): its slot holds the deadline meanwhile.
             Some(stx) if stx.invite && stx.state == ServerState::Proceeding && stx.last_response.is_none() => {
-                self.timers.arm(&mut stx.timers, Kind::Retransmit, Side::Server, tx.0, now.checked_add(delay));
+                self.timers.arm(&mut stx.timers, Kind::Retransmit, Side::Server, tx.0, now, delay);
             }
             _ => trace!(tx = tx.0, "defer_trying: not an INVITE transaction awaiting its first response"),
         }
@@ -344,10 +344,10 @@ impl TransactionLayer {
         self.transmits.push_back(Transmit { flow, payload: request });
         if let Some(tx) = self.client.get_mut(id) {
             // Timer B or F.
-            self.timers.arm(&mut tx.timers, Kind::Timeout, Side::Client, id, now.checked_add(timers.t1.saturating_mul(64)));
+            self.timers.arm(&mut tx.timers, Kind::Timeout, Side::Client, id, now, timers.t1.saturating_mul(64));
             if !reliable {
                 // Timer A or E.
-                self.timers.arm(&mut tx.timers, Kind::Retransmit, Side::Client, id, now.checked_add(timers.t1.max(MIN_INTERVAL)));
+                self.timers.arm(&mut tx.timers, Kind::Retransmit, Side::Client, id, now, timers.t1.max(MIN_INTERVAL));
             }
         }
         self.settle_timers();
@@ -487,7 +487,7 @@ impl TransactionLayer {
                     // Timer I is 0 on reliable transports.
                     self.terminate_server(id);
                 } else {
-                    self.timers.arm(&mut tx.timers, Kind::Timeout, Side::Server, id, now.checked_add(t4));
+                    self.timers.arm(&mut tx.timers, Kind::Timeout, Side::Server, id, now, t4);
                 }
                 Matched::Absorbed
             }
@@ -533,12 +533,12 @@ impl TransactionLayer {
                 tx.state = ServerState::Accepted;
                 self.timers.disarm_all(&mut tx.timers);
                 // Timer L (RFC 6026), which also bounds the wait for the ACK.
-                self.timers.arm(&mut tx.timers, Kind::Timeout, Side::Server, id, now.checked_add(sixty_four_t1));
+                self.timers.arm(&mut tx.timers, Kind::Timeout, Side::Server, id, now, sixty_four_t1);
                 if retransmit_2xx {
                     tx.ack = AckWait::Waiting;
                     tx.last_response = Some(response);
                     tx.interval = t1;
-                    self.timers.arm(&mut tx.timers, Kind::Retransmit, Side::Server, id, now.checked_add(t1));
+                    self.timers.arm(&mut tx.timers, Kind::Retransmit, Side::Server, id, now, t1);
                 } else {
                     tx.last_response = None;
                 }
@@ -548,11 +548,11 @@ impl TransactionLayer {
                 tx.state = ServerState::Completed;
                 tx.last_response = Some(response);
                 // Timer H.
-                self.timers.arm(&mut tx.timers, Kind::Timeout, Side::Server, id, now.checked_add(sixty_four_t1));
+                self.timers.arm(&mut tx.timers, Kind::Timeout, Side::Server, id, now, sixty_four_t1);
                 if !reliable {
                     // Timer G.
                     tx.interval = t1;
-                    self.timers.arm(&mut tx.timers, Kind::Retransmit, Side::Server, id, now.checked_add(t1));
+                    self.timers.arm(&mut tx.timers, Kind::Retransmit, Side::Server, id, now, t1);
                 }
             }
             ServerState::Trying | ServerState::Proceeding => {
@@ -564,7 +564,7 @@ impl TransactionLayer {
                     terminate = true;
                 } else {
                     tx.last_response = Some(response);
-                    self.timers.arm(&mut tx.timers, Kind::Timeout, Side::Server, id, now.checked_add(sixty_four_t1));
+                    self.timers.arm(&mut tx.timers, Kind::Timeout, Side::Server, id, now, sixty_four_t1);
                 }
             }
             ServerState::Accepted if success => {
@@ -574,7 +574,7 @@ impl TransactionLayer {
                         tx.ack = AckWait::Waiting;
                         tx.last_response = Some(response);
                         tx.interval = t1;
-                        self.timers.arm(&mut tx.timers, Kind::Retransmit, Side::Server, id, now.checked_add(t1));
+                        self.timers.arm(&mut tx.timers, Kind::Retransmit, Side::Server, id, now, t1);
                     }
                     AckWait::Waiting if retransmit_2xx => tx.last_response = Some(response),
                     _ => {}
@@ -628,7 +628,7 @@ impl TransactionLayer {
                 self.transmits.push_back(Transmit { flow: tx.flow, payload: response });
                 self.retransmissions += 1;
                 tx.interval = tx.interval.saturating_mul(2).min(t2).max(MIN_INTERVAL);
-                self.timers.arm(&mut tx.timers, Kind::Retransmit, Side::Server, id, now.checked_add(tx.interval));
+                self.timers.arm(&mut tx.timers, Kind::Retransmit, Side::Server, id, now, tx.interval);
             }
         }
     }
@@ -685,7 +685,7 @@ impl TransactionLayer {
                     tx.request = None;
                     self.timers.disarm_all(&mut tx.timers);
                     // Timer M (RFC 6026).
-                    self.timers.arm(&mut tx.timers, Kind::Timeout, Side::Client, id, now.checked_add(timers.t1.saturating_mul(64)));
+                    self.timers.arm(&mut tx.timers, Kind::Timeout, Side::Client, id, now, timers.t1.saturating_mul(64));
                     true
                 }
                 ClientState::Calling | ClientState::Proceeding => {
@@ -710,7 +710,8 @@ impl TransactionLayer {
                             Kind::Timeout,
                             Side::Client,
                             id,
-                            now.checked_add(TIMER_D_MIN.max(timers.t1.saturating_mul(64))),
+                            now,
+                            TIMER_D_MIN.max(timers.t1.saturating_mul(64)),
                         );
                     }
                     true
@@ -742,7 +743,7 @@ impl TransactionLayer {
                         // Timer K is 0 on reliable transports.
                         terminate = true;
                     } else {
-                        self.timers.arm(&mut tx.timers, Kind::Timeout, Side::Client, id, now.checked_add(timers.t4));
+                        self.timers.arm(&mut tx.timers, Kind::Timeout, Side::Client, id, now, timers.t4);
                     }
                     true
                 }
@@ -800,7 +801,7 @@ impl TransactionLayer {
                     tx.interval.saturating_mul(2).min(timers.t2)
                 }
                 .max(MIN_INTERVAL);
-                self.timers.arm(&mut tx.timers, Kind::Retransmit, Side::Client, id, now.checked_add(tx.interval));
+                self.timers.arm(&mut tx.timers, Kind::Retransmit, Side::Client, id, now, tx.interval);
             }
         }
     }

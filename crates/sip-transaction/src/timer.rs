@@ -1,5 +1,15 @@
 //! One priority queue for every transaction timer, with lazy deletion.
 //!
+//! Almost every timer is armed `delay` after the current time, with a handful of distinct
+//! delays (64·T1, T4, T1, the doubling retransmission intervals). Entries armed with the same
+//! kind and delay as time moves forward are already in firing order, so each such pair gets a
+//! FIFO lane: arming appends, firing takes the front, and the queue's earliest entry is the
+//! earliest lane front. A busy UDP proxy holds hundreds of thousands of entries for RFC 3261's
+//! 32 s; a binary heap paid a sift-down through all of them (cache misses at every level) for
+//! each entry it fired or dropped. Entries that fit no lane (a clock that stepped back, more
+//! distinct delays than lanes) go to a heap beside the lanes; the firing order is exactly one
+//! heap's either way.
+//!
 //! A transaction has two timer slots: `Timeout` (B, D, F, H, I, J, K, L, M) and `Retransmit`
 //! (A, E, G, the UAS 2xx retransmission, and the deferred 100 Trying's deadline of an INVITE
 //! server transaction in Proceeding, which retransmits nothing then). Arming or disarming a
@@ -8,8 +18,12 @@
 //! queue is compacted).
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-use std::time::Instant;
+use std::collections::{BinaryHeap, VecDeque};
+use std::time::{Duration, Instant};
+
+/// Lanes beyond this many distinct (kind, delay) pairs are not made: their entries go to the
+/// heap. The transaction layer uses about ten.
+const MAX_LANES: usize = 16;
 
 /// Which of a transaction's two timers. The order breaks ties between timers due at the same
 /// instant: a transaction's timeout fires before its retransmission.
@@ -68,22 +82,42 @@ pub(crate) struct Entry {
     generation: u32,
 }
 
+/// Entries of one kind armed with one delay, in arming order, which is firing order while
+/// the clock does not step back (checked at each append).
+struct Lane {
+    kind: Kind,
+    delay: Duration,
+    queue: VecDeque<Entry>,
+}
+
+/// Where the queue's earliest entry is.
+#[derive(Clone, Copy)]
+enum Front {
+    Lane(usize),
+    Heap,
+}
+
 pub(crate) struct Timers {
+    lanes: Vec<Lane>,
+    /// Entries that fit no lane.
     heap: BinaryHeap<Reverse<Entry>>,
     seq: u64,
     /// Slots currently armed, across all transactions: the number of live entries.
     armed: usize,
+    /// Entries queued, live or dead.
+    queued: usize,
 }
 
 impl Timers {
     pub(crate) fn new() -> Self {
-        Timers { heap: BinaryHeap::new(), seq: 0, armed: 0 }
+        Timers { lanes: Vec::new(), heap: BinaryHeap::new(), seq: 0, armed: 0, queued: 0 }
     }
 
-    /// Arms (or re-arms) a slot. A deadline that overflows `Instant` is never armed.
-    pub(crate) fn arm(&mut self, slots: &mut Slots, kind: Kind, side: Side, id: u64, deadline: Option<Instant>) {
+    /// Arms (or re-arms) a slot to fire `delay` after `now`. A deadline that overflows
+    /// `Instant` is never armed.
+    pub(crate) fn arm(&mut self, slots: &mut Slots, kind: Kind, side: Side, id: u64, now: Instant, delay: Duration) {
         self.disarm(slots, kind);
-        let Some(deadline) = deadline else {
+        let Some(deadline) = now.checked_add(delay) else {
             tracing::debug!(id, "timer deadline overflows, not armed");
             return;
         };
@@ -91,7 +125,28 @@ impl Timers {
         slot.deadline = Some(deadline);
         self.armed += 1;
         self.seq += 1;
-        self.heap.push(Reverse(Entry { deadline, kind, seq: self.seq, side, id, generation: slot.generation }));
+        self.push(Entry { deadline, kind, seq: self.seq, side, id, generation: slot.generation }, delay);
+    }
+
+    fn push(&mut self, entry: Entry, delay: Duration) {
+        self.queued += 1;
+        let lane = match self.lanes.iter().position(|l| l.delay == delay && l.kind == entry.kind) {
+            Some(i) => Some(i),
+            None if self.lanes.len() < MAX_LANES => {
+                self.lanes.push(Lane { kind: entry.kind, delay, queue: VecDeque::new() });
+                Some(self.lanes.len() - 1)
+            }
+            None => None,
+        };
+        if let Some(lane) = lane {
+            let queue = &mut self.lanes[lane].queue;
+            // Same kind, later `seq`: in order unless the deadline went back.
+            if queue.back().is_none_or(|last| last.deadline <= entry.deadline) {
+                queue.push_back(entry);
+                return;
+            }
+        }
+        self.heap.push(Reverse(entry));
     }
 
     pub(crate) fn disarm(&mut self, slots: &mut Slots, kind: Kind) {
@@ -107,36 +162,192 @@ impl Timers {
         self.disarm(slots, Kind::Retransmit);
     }
 
+    fn front(&self) -> Option<(Front, &Entry)> {
+        let mut best = self.heap.peek().map(|Reverse(e)| (Front::Heap, e));
+        for (i, lane) in self.lanes.iter().enumerate() {
+            if let Some(e) = lane.queue.front() {
+                if best.is_none_or(|(_, b)| e < b) {
+                    best = Some((Front::Lane(i), e));
+                }
+            }
+        }
+        best
+    }
+
     pub(crate) fn peek(&self) -> Option<&Entry> {
-        self.heap.peek().map(|Reverse(e)| e)
+        self.front().map(|(_, e)| e)
+    }
+
+    fn take(&mut self, front: Front) -> Option<Entry> {
+        let entry = match front {
+            Front::Lane(i) => self.lanes[i].queue.pop_front(),
+            Front::Heap => self.heap.pop().map(|Reverse(e)| e),
+        };
+        if entry.is_some() {
+            self.queued -= 1;
+        }
+        entry
     }
 
     /// Removes and returns the earliest entry if it is due at `now` (live or not).
     pub(crate) fn pop_due(&mut self, now: Instant) -> Option<Entry> {
-        match self.heap.peek() {
-            Some(Reverse(e)) if e.deadline <= now => self.heap.pop().map(|Reverse(e)| e),
+        match self.front() {
+            Some((front, e)) if e.deadline <= now => self.take(front),
             _ => None,
         }
     }
 
     pub(crate) fn pop(&mut self) {
-        self.heap.pop();
+        if let Some((front, _)) = self.front() {
+            self.take(front);
+        }
     }
 
     /// Drops dead entries once they outnumber live ones by far (amortized O(1) per arm).
     pub(crate) fn compact_if_needed(&mut self, is_live: impl Fn(&Entry) -> bool) {
-        if self.heap.len() > 1024 && self.heap.len() > 4 * self.armed {
+        if self.queued > 1024 && self.queued > 4 * self.armed {
             self.heap.retain(|Reverse(e)| is_live(e));
+            let mut queued = self.heap.len();
+            for lane in &mut self.lanes {
+                lane.queue.retain(|e| is_live(e));
+                queued += lane.queue.len();
+            }
+            self.queued = queued;
         }
     }
 
     #[cfg(test)]
     pub(crate) fn queued(&self) -> usize {
-        self.heap.len()
+        self.queued
     }
 
     #[cfg(test)]
     pub(crate) fn armed(&self) -> usize {
         self.armed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tiny deterministic generator (xorshift64*), so a failure replays.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    /// The lanes fire exactly what one binary heap of the same entries fires, in the same
+    /// order (dead entries included), through arms, re-arms, disarms, compaction, a clock that
+    /// sometimes steps back, ties between kinds and more distinct delays than lanes.
+    #[test]
+    fn lanes_fire_in_the_order_of_one_heap() {
+        for seed in 1..=40u64 {
+            let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+            let mut now = Instant::now() + Duration::from_secs(100);
+            let mut timers = Timers::new();
+            let mut oracle: BinaryHeap<Reverse<Entry>> = BinaryHeap::new();
+            let mut slots = vec![Slots::default(); 64];
+            // Coarse delays and steps, so that deadlines of different kinds often tie; seeds
+            // above 20 use more delays than there are lanes.
+            let delays: u64 = if seed > 20 { 40 } else { 6 };
+            let mut fired = 0usize;
+            let mut heap_used = false;
+            for _ in 0..3_000 {
+                match rng.below(10) {
+                    0..=4 => {
+                        let id = rng.below(slots.len() as u64);
+                        let kind = if rng.below(2) == 0 { Kind::Timeout } else { Kind::Retransmit };
+                        let side = if rng.below(2) == 0 { Side::Server } else { Side::Client };
+                        let delay = Duration::from_millis(100 * (1 + rng.below(delays)));
+                        let slot = &mut slots[id as usize];
+                        timers.arm(slot, kind, side, id, now, delay);
+                        let armed = *slot.get(kind);
+                        let entry = Entry { deadline: now + delay, kind, seq: timers.seq, side, id, generation: armed.generation };
+                        oracle.push(Reverse(entry));
+                    }
+                    5 => {
+                        let id = rng.below(slots.len() as u64) as usize;
+                        timers.disarm_all(&mut slots[id]);
+                    }
+                    6..=7 => {
+                        now += Duration::from_millis(100 * rng.below(8));
+                        if rng.below(20) == 0 {
+                            now -= Duration::from_millis(100 * rng.below(30));
+                        }
+                    }
+                    8 => {
+                        assert_eq!(timers.peek(), oracle.peek().map(|Reverse(e)| e), "seed {seed}");
+                        loop {
+                            let expected = match oracle.peek() {
+                                Some(Reverse(e)) if e.deadline <= now => oracle.pop().map(|Reverse(e)| e),
+                                _ => None,
+                            };
+                            let got = timers.pop_due(now);
+                            assert_eq!(got, expected, "seed {seed}");
+                            if got.is_none() {
+                                break;
+                            }
+                            fired += 1;
+                        }
+                    }
+                    _ => {
+                        let live = |e: &Entry| slots[e.id as usize].is_live(e);
+                        // Compact both the same way, whatever the threshold says.
+                        if rng.below(4) == 0 {
+                            oracle.retain(|Reverse(e)| live(e));
+                            timers.heap.retain(|Reverse(e)| live(e));
+                            for lane in &mut timers.lanes {
+                                lane.queue.retain(|e| live(e));
+                            }
+                            timers.queued = timers.heap.len() + timers.lanes.iter().map(|l| l.queue.len()).sum::<usize>();
+                        } else {
+                            timers.pop();
+                            oracle.pop();
+                        }
+                    }
+                }
+                assert_eq!(timers.queued(), oracle.len(), "seed {seed}");
+                heap_used |= !timers.heap.is_empty();
+            }
+            assert!(fired > 100, "seed {seed}: only {fired} entries fired");
+            if seed > 20 {
+                assert!(heap_used, "seed {seed}: the heap beside the lanes was never used");
+            }
+            // Drain: everything left comes out in the oracle's order.
+            let end = now + Duration::from_secs(3_600);
+            while let Some(Reverse(expected)) = oracle.pop() {
+                assert_eq!(timers.pop_due(end), Some(expected), "seed {seed}");
+            }
+            assert_eq!(timers.pop_due(end), None);
+        }
+    }
+
+    /// With a forward clock and few delays every entry goes to a lane; a clock step back or a
+    /// delay beyond the lanes goes to the heap.
+    #[test]
+    fn out_of_order_and_surplus_delays_go_to_the_heap() {
+        let mut timers = Timers::new();
+        let mut slots = vec![Slots::default(); 40];
+        let now = Instant::now() + Duration::from_secs(10);
+        for (i, slot) in slots.iter_mut().enumerate().take(MAX_LANES) {
+            timers.arm(slot, Kind::Timeout, Side::Server, i as u64, now, Duration::from_millis(10 * (i as u64 + 1)));
+        }
+        assert!(timers.heap.is_empty());
+        assert_eq!(timers.lanes.len(), MAX_LANES);
+        timers.arm(&mut slots[20], Kind::Timeout, Side::Server, 20, now, Duration::from_secs(99));
+        assert_eq!(timers.heap.len(), 1, "a delay beyond the lanes");
+        timers.arm(&mut slots[21], Kind::Timeout, Side::Server, 21, now - Duration::from_secs(1), Duration::from_millis(10));
+        assert_eq!(timers.heap.len(), 2, "a deadline before its lane's last");
+        assert_eq!(timers.peek().map(|e| e.id), Some(21));
+        assert_eq!(timers.queued(), MAX_LANES + 2);
     }
 }
