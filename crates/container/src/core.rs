@@ -22,7 +22,7 @@ type FastState = foldhash::fast::RandomState;
 use std::sync::Arc;
 use std::time::Instant;
 use tandem_sip::{Flow, HeaderName, Message, Method, ResponseBuilder, Scheme, Span, Transport};
-use tandem_transaction::{ClientTxId, Event, Matched, ServerTxId, TransactionLayer, Transmit};
+use tandem_transaction::{ClientTxId, Event, Matched, ServerTxId, TransactionLayer, Transmit, TxMap};
 
 /// The services of a container, by index.
 pub struct Services {
@@ -73,9 +73,10 @@ pub(crate) struct CoreState {
     /// Local tag → SIP session (our tags are random and unique, so they alone key a dialog).
     // foldhash (random seed: dialog IDs come from the network); SipHash cost 3 % per call.
     pub dialogs: HashMap<Box<str>, SessionId, FastState>,
-    pub server_owner: HashMap<ServerTxId, ServerOwner, FastState>,
-    pub client_owner: HashMap<ClientTxId, ClientOwner, FastState>,
-    pub proxies: HashMap<ServerTxId, ProxyContext, FastState>,
+    // Indexed by the transaction's slot (no hashing; a UDP proxy holds 32 s of transactions).
+    pub server_owner: TxMap<ServerTxId, ServerOwner>,
+    pub client_owner: TxMap<ClientTxId, ClientOwner>,
+    pub proxies: TxMap<ServerTxId, ProxyContext>,
     pub timers: TimerQueue,
     pub expiry: BinaryHeap<Reverse<(Instant, AppSessionId)>>,
     /// Work for executors (this one included), delivered by the driver after each event.
@@ -126,9 +127,9 @@ impl Core {
                 locals: p.locals,
                 ids: p.ids,
                 dialogs: HashMap::default(),
-                server_owner: HashMap::default(),
-                client_owner: HashMap::default(),
-                proxies: HashMap::default(),
+                server_owner: TxMap::default(),
+                client_owner: TxMap::default(),
+                proxies: TxMap::default(),
                 timers: TimerQueue::default(),
                 expiry: BinaryHeap::new(),
                 posts: Vec::new(),

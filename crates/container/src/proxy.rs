@@ -137,12 +137,14 @@ impl CoreState {
         }
         self.client_owner.insert(client_tx, ClientOwner::Proxy { server_tx: Some(server_tx) });
         self.server_owner.insert(server_tx, ServerOwner::Proxy);
-        let context = self.proxies.entry(server_tx).or_insert_with(|| ProxyContext {
+        let Some(context) = self.proxies.get_or_insert_with(server_tx, || ProxyContext {
             upstream: Some(msg.clone()),
             branches: SmallVec::new(),
             final_sent: false,
             failover: None,
-        });
+        }) else {
+            return Ok(());
+        };
         if !options.alternatives.is_empty() {
             context.failover = Some(Box::new(Failover {
                 alternatives: options.alternatives.to_vec(),

@@ -36,6 +36,9 @@ mod slab;
 #[cfg(test)]
 mod tests;
 mod timer;
+mod tx_map;
+
+pub use tx_map::{TxKey, TxMap};
 
 use bytes::Bytes;
 use griddle::HashMap;
