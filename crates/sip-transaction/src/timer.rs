@@ -106,11 +106,14 @@ pub(crate) struct Timers {
     armed: usize,
     /// Entries queued, live or dead.
     queued: usize,
+    /// Where the earliest entry is (none when nothing is queued): kept on every change, so a
+    /// peek, which the layer makes after every mutation, does not scan the lanes.
+    first: Option<Front>,
 }
 
 impl Timers {
     pub(crate) fn new() -> Self {
-        Timers { lanes: Vec::new(), heap: BinaryHeap::new(), seq: 0, armed: 0, queued: 0 }
+        Timers { lanes: Vec::new(), heap: BinaryHeap::new(), seq: 0, armed: 0, queued: 0, first: None }
     }
 
     /// Arms (or re-arms) a slot to fire `delay` after `now`. A deadline that overflows
@@ -142,11 +145,33 @@ impl Timers {
             let queue = &mut self.lanes[lane].queue;
             // Same kind, later `seq`: in order unless the deadline went back.
             if queue.back().is_none_or(|last| last.deadline <= entry.deadline) {
+                // Only an entry at the front of its lane can be the earliest.
+                let front = queue.is_empty();
                 queue.push_back(entry);
+                if front {
+                    self.note_front(Front::Lane(lane), &entry);
+                }
                 return;
             }
         }
         self.heap.push(Reverse(entry));
+        if self.heap.peek().is_some_and(|Reverse(top)| *top == entry) {
+            self.note_front(Front::Heap, &entry);
+        }
+    }
+
+    /// A new entry at the front of its lane or heap: the earliest if it is before the earliest.
+    fn note_front(&mut self, at: Front, entry: &Entry) {
+        if self.first.and_then(|first| self.entry_at(first)).is_none_or(|first| entry < first) {
+            self.first = Some(at);
+        }
+    }
+
+    fn entry_at(&self, at: Front) -> Option<&Entry> {
+        match at {
+            Front::Lane(i) => self.lanes.get(i)?.queue.front(),
+            Front::Heap => self.heap.peek().map(|Reverse(e)| e),
+        }
     }
 
     pub(crate) fn disarm(&mut self, slots: &mut Slots, kind: Kind) {
@@ -163,6 +188,12 @@ impl Timers {
     }
 
     fn front(&self) -> Option<(Front, &Entry)> {
+        let first = self.first?;
+        Some((first, self.entry_at(first)?))
+    }
+
+    /// Finds the earliest entry by comparing every lane's front and the heap's top.
+    fn scan(&self) -> Option<Front> {
         let mut best = self.heap.peek().map(|Reverse(e)| (Front::Heap, e));
         for (i, lane) in self.lanes.iter().enumerate() {
             if let Some(e) = lane.queue.front() {
@@ -171,7 +202,7 @@ impl Timers {
                 }
             }
         }
-        best
+        best.map(|(at, _)| at)
     }
 
     pub(crate) fn peek(&self) -> Option<&Entry> {
@@ -186,6 +217,7 @@ impl Timers {
         if entry.is_some() {
             self.queued -= 1;
         }
+        self.first = self.scan();
         entry
     }
 
@@ -213,6 +245,7 @@ impl Timers {
                 queued += lane.queue.len();
             }
             self.queued = queued;
+            self.first = self.scan();
         }
     }
 
@@ -309,6 +342,7 @@ mod tests {
                                 lane.queue.retain(|e| live(e));
                             }
                             timers.queued = timers.heap.len() + timers.lanes.iter().map(|l| l.queue.len()).sum::<usize>();
+                            timers.first = timers.scan();
                         } else {
                             timers.pop();
                             oracle.pop();
@@ -316,6 +350,7 @@ mod tests {
                     }
                 }
                 assert_eq!(timers.queued(), oracle.len(), "seed {seed}");
+                assert_eq!(timers.peek(), oracle.peek().map(|Reverse(e)| e), "seed {seed}");
                 heap_used |= !timers.heap.is_empty();
             }
             assert!(fired > 100, "seed {seed}: only {fired} entries fired");
