@@ -143,6 +143,7 @@ impl CoreState {
             final_sent: false,
             failover: None,
         }) else {
+            // Only the id `send_request` returns for an ACK names no slot, never a server id.
             return Ok(());
         };
         if !options.alternatives.is_empty() {
