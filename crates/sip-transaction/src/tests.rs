@@ -3,6 +3,6 @@
 
 mod client;
 mod matching;
-mod random;
+pub(crate) mod random;
 mod server;
 mod support;

@@ -211,7 +211,7 @@ impl Timers {
 
     fn take(&mut self, front: Front) -> Option<Entry> {
         let entry = match front {
-            Front::Lane(i) => self.lanes[i].queue.pop_front(),
+            Front::Lane(i) => self.lanes.get_mut(i).and_then(|lane| lane.queue.pop_front()),
             Front::Heap => self.heap.pop().map(|Reverse(e)| e),
         };
         if entry.is_some() {
@@ -238,15 +238,19 @@ impl Timers {
     /// Drops dead entries once they outnumber live ones by far (amortized O(1) per arm).
     pub(crate) fn compact_if_needed(&mut self, is_live: impl Fn(&Entry) -> bool) {
         if self.queued > 1024 && self.queued > 4 * self.armed {
-            self.heap.retain(|Reverse(e)| is_live(e));
-            let mut queued = self.heap.len();
-            for lane in &mut self.lanes {
-                lane.queue.retain(|e| is_live(e));
-                queued += lane.queue.len();
-            }
-            self.queued = queued;
-            self.first = self.scan();
+            self.compact(is_live);
         }
+    }
+
+    fn compact(&mut self, is_live: impl Fn(&Entry) -> bool) {
+        self.heap.retain(|Reverse(e)| is_live(e));
+        let mut queued = self.heap.len();
+        for lane in &mut self.lanes {
+            lane.queue.retain(|e| is_live(e));
+            queued += lane.queue.len();
+        }
+        self.queued = queued;
+        self.first = self.scan();
     }
 
     #[cfg(test)]
@@ -263,20 +267,7 @@ impl Timers {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A tiny deterministic generator (xorshift64*), so a failure replays.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
+    use crate::tests::random::Rng;
 
     /// The lanes fire exactly what one binary heap of the same entries fires, in the same
     /// order (dead entries included), through arms, re-arms, disarms, compaction, a clock that
@@ -337,12 +328,7 @@ mod tests {
                         // Compact both the same way, whatever the threshold says.
                         if rng.below(4) == 0 {
                             oracle.retain(|Reverse(e)| live(e));
-                            timers.heap.retain(|Reverse(e)| live(e));
-                            for lane in &mut timers.lanes {
-                                lane.queue.retain(|e| live(e));
-                            }
-                            timers.queued = timers.heap.len() + timers.lanes.iter().map(|l| l.queue.len()).sum::<usize>();
-                            timers.first = timers.scan();
+                            timers.compact(live);
                         } else {
                             timers.pop();
                             oracle.pop();

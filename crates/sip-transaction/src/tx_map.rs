@@ -38,28 +38,25 @@ fn split(id: u64) -> (usize, u32) {
 
 pub struct TxMap<K, V> {
     chunks: Vec<Vec<Option<(u32, V)>>>,
-    len: usize,
     key: PhantomData<K>,
 }
 
 impl<K: TxKey, V> Default for TxMap<K, V> {
     fn default() -> Self {
-        TxMap { chunks: Vec::new(), len: 0, key: PhantomData }
+        TxMap { chunks: Vec::new(), key: PhantomData }
     }
 }
 
 impl<K: TxKey, V> TxMap<K, V> {
-    /// Values stored for live ids (and for ended ones whose values were not removed).
-    pub fn len(&self) -> usize {
-        self.len
+    /// Values stored (including those left behind by ended transactions); counted, for tests.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.chunks.iter().flatten().filter(|slot| slot.is_some()).count()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    fn slot(&self, index: usize) -> Option<&Option<(u32, V)>> {
-        self.chunks.get(index / CHUNK)?.get(index % CHUNK)
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     fn slot_mut(&mut self, index: usize) -> Option<&mut Option<(u32, V)>> {
@@ -84,20 +81,15 @@ impl<K: TxKey, V> TxMap<K, V> {
     /// of the same slot is dropped, and so is a value for the id that names no transaction.
     pub fn insert(&mut self, key: K, value: V) -> Option<V> {
         let (index, generation) = split(key.raw());
-        let slot = self.slot_grown(index)?;
-        match slot.replace((generation, value)) {
+        match self.slot_grown(index)?.replace((generation, value)) {
             Some((g, v)) if g == generation => Some(v),
-            Some(_) => None,
-            None => {
-                self.len += 1;
-                None
-            }
+            _ => None,
         }
     }
 
     pub fn get(&self, key: &K) -> Option<&V> {
         let (index, generation) = split(key.raw());
-        match self.slot(index)? {
+        match self.chunks.get(index / CHUNK)?.get(index % CHUNK)? {
             Some((g, v)) if *g == generation => Some(v),
             _ => None,
         }
@@ -118,34 +110,21 @@ impl<K: TxKey, V> TxMap<K, V> {
     pub fn remove(&mut self, key: &K) -> Option<V> {
         let (index, generation) = split(key.raw());
         let slot = self.slot_mut(index)?;
-        if !matches!(slot, Some((g, _)) if *g == generation) {
-            return None;
+        match slot {
+            Some((g, _)) if *g == generation => slot.take().map(|(_, v)| v),
+            _ => None,
         }
-        let (_, value) = slot.take()?;
-        self.len -= 1;
-        Some(value)
     }
 
-    /// The value of `key`, stored first from `make` if it has none; none for the id that
-    /// names no transaction.
+    /// The value of `key`, stored first from `make` if it has none (an earlier transaction's
+    /// value is replaced); none for the id that names no transaction.
     pub fn get_or_insert_with(&mut self, key: K, make: impl FnOnce() -> V) -> Option<&mut V> {
         let (index, generation) = split(key.raw());
         let slot = self.slot_grown(index)?;
-        let added = match slot {
-            Some((g, _)) if *g == generation => false,
-            // An earlier transaction's value is replaced: the count stays.
-            Some(_) => {
-                *slot = None;
-                false
-            }
-            None => true,
-        };
-        if added {
-            self.len += 1;
+        if !matches!(slot, Some((g, _)) if *g == generation) {
+            *slot = Some((generation, make()));
         }
-        let slot = self.slot_grown(index)?;
-        let (_, value) = slot.get_or_insert_with(|| (generation, make()));
-        Some(value)
+        slot.as_mut().map(|(_, v)| v)
     }
 }
 
@@ -189,13 +168,8 @@ mod tests {
     /// layer's slab reuses them (a new generation per reuse).
     #[test]
     fn agrees_with_a_hash_map() {
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move |n: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state % n
-        };
+        let mut rng = crate::tests::random::Rng(0x9E37_79B9_7F4A_7C15);
+        let mut next = move |n: u64| rng.below(n);
         let mut map: TxMap<ServerTxId, u64> = TxMap::default();
         let mut oracle: HashMap<ServerTxId, u64> = HashMap::new();
         let mut generations = vec![0u64; 3_000];

@@ -11,11 +11,12 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tandem_sip::{parse_datagram, Flow, Message, Method, ParseLimits, ResponseBuilder, Transport};
 
-/// splitmix64: tiny, seeded, good enough to pick actions.
-struct Rng(u64);
+/// splitmix64: tiny, seeded, good enough to pick actions (also the timer queue's and
+/// `TxMap`'s differential tests).
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -23,7 +24,7 @@ impl Rng {
         z ^ (z >> 31)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
 
