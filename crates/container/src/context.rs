@@ -591,7 +591,7 @@ fn dialog_request(
         connection: if reuse { d.flow.connection } else { 0 },
         remote: dest.addr,
     };
-    let branch = st.ids.branch();
+    let branch = st.layer.client_branch(st.ids.u64());
     let mut w = MessageWriter::with_capacity(768).request_line(method, &d.remote_target);
     w.header_parts("Via", &["SIP/2.0/", dest.transport.as_str(), " ", &listener.host_port, ";branch=", &branch]);
     w.header_u32("Max-Forwards", u32::from(d.max_forwards));

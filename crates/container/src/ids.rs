@@ -109,17 +109,9 @@ impl IdSource {
         push_hex16(&mut s, self.u64());
         s
     }
-
-    /// An RFC 3261 branch with the magic cookie.
-    pub fn branch(&mut self) -> String {
-        let mut s = String::with_capacity(23);
-        s.push_str("z9hG4bK");
-        push_hex16(&mut s, self.u64());
-        s
-    }
 }
 
-/// `format!("{:016x}")` without the formatting machinery (a branch per proxied request).
+/// `format!("{:016x}")` without the formatting machinery (a tag per dialog).
 fn push_hex16(s: &mut String, v: u64) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     for shift in (0..16).rev() {
@@ -142,7 +134,6 @@ mod tests {
         assert_eq!(format!(" {id}\r\n").parse::<SessionId>(), Ok(id));
         assert!("xyz".parse::<SessionId>().is_err());
         assert_ne!(a.u128(), id.0);
-        assert!(a.branch().starts_with("z9hG4bK"));
         let (v, mut hex) = (0x0123_4567_89ab_cdef_u64, String::new());
         push_hex16(&mut hex, v);
         assert_eq!(hex, format!("{v:016x}"));
@@ -152,6 +143,5 @@ mod tests {
         let mut c = IdSource::new(ChaCha20Rng::seed_from_u64(9));
         let mut d = IdSource::new(ChaCha20Rng::seed_from_u64(9));
         assert_eq!(c.tag(), format!("{:016x}", d.u64()));
-        assert_eq!(c.branch(), format!("z9hG4bK{:016x}", d.u64()));
     }
 }

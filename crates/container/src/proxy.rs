@@ -109,7 +109,7 @@ impl CoreState {
         let Some(listener) = self.locals.for_transport(dest.transport).cloned() else {
             return self.answer_upstream(now, req, 503, Some("no listener for the target's transport"));
         };
-        let branch = self.ids.branch();
+        let branch = self.layer.client_branch(self.ids.u64());
         let service_name = self.service_name(service);
         let record_route = record_route_parts(&listener, service_name);
         let record_route = (options.record_route && method != Method::Ack).then_some(&record_route[..]);

@@ -41,9 +41,11 @@ mod tx_map;
 pub use tx_map::{TxKey, TxMap};
 
 use bytes::Bytes;
+use griddle::hash_map::RawEntryMut;
 use griddle::HashMap;
 use slab::Slab;
 use std::collections::VecDeque;
+use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tandem_sip::{Flow, HeaderName, Message, MessageWriter, Method, ParseLimits};
@@ -202,6 +204,8 @@ impl ClientState {
 
 struct ClientTx {
     key: Arc<str>,
+    /// In `client_index`: its branch does not name it ([`TransactionLayer::client_branch`]).
+    indexed: bool,
     flow: Flow,
     invite: bool,
     state: ClientState,
@@ -222,6 +226,8 @@ pub struct TransactionLayer {
     // network, so the seed stays random.
     server_index: HashMap<Arc<str>, u64, foldhash::fast::RandomState>,
     client: Slab<ClientTx>,
+    /// Client transactions whose branch does not name them (a CANCEL shares its INVITE's
+    /// branch; a branch not made by [`Self::client_branch`]).
     client_index: HashMap<Arc<str>, u64, foldhash::fast::RandomState>,
     timers: Timers,
     transmits: VecDeque<Transmit>,
@@ -314,6 +320,14 @@ impl TransactionLayer {
         self.settle_timers();
     }
 
+    /// A branch for the request of the next client transaction ([`Self::send_request`]): it
+    /// names that transaction, so that its responses find it without a hash-table look-up.
+    /// `unique` makes it unique across space and time (RFC 3261 §8.1.1.7): a random number
+    /// from the caller's seeded source. Any other branch works too, through a table.
+    pub fn client_branch(&self, unique: u64) -> String {
+        key::client_branch(unique, self.client.next_id())
+    }
+
     /// Starts a client transaction for `request` (already serialized, with its top Via and
     /// `branch`). INVITE gets an INVITE client transaction; ACK must not come here (see
     /// [`Self::send_stateless`]): an ACK given here is sent statelessly and the id returned
@@ -329,8 +343,12 @@ impl TransactionLayer {
         let reliable = flow.is_reliable();
         key::client_key(&mut self.scratch, method.as_str(), branch);
         let key: Arc<str> = Arc::from(self.scratch.as_str());
+        // A branch from `client_branch` names this transaction unless another started between
+        // (or it is a CANCEL's, whose branch names its INVITE's transaction).
+        let indexed = key::branch_id(branch) != Some(self.client.next_id());
         let id = self.client.insert(ClientTx {
             key: key.clone(),
+            indexed,
             flow,
             invite,
             state: if invite { ClientState::Calling } else { ClientState::Trying },
@@ -340,8 +358,10 @@ impl TransactionLayer {
             interval: timers.t1,
             timers: Slots::default(),
         });
-        if let Some(previous) = self.client_index.insert(key, id) {
-            debug!(previous, id, "client transaction key already in use: the new transaction takes it over");
+        if indexed {
+            if let Some(previous) = self.client_index.insert(key, id) {
+                debug!(previous, id, "client transaction key already in use: the new transaction takes it over");
+            }
         }
         trace!(tx = id, %method, branch, "client transaction started");
         self.transmits.push_back(Transmit { flow, payload: request });
@@ -428,7 +448,9 @@ impl TransactionLayer {
         let is_cancel = *method == Method::Cancel;
         let key_method = if is_ack { "INVITE" } else { method.as_str() };
         key::server_key(&mut self.scratch, msg, key_method);
-        if let Some(&id) = self.server_index.get(self.scratch.as_str()) {
+        // Hashed once for the look-up and, for a new transaction, the insertion.
+        let hash = self.server_index.hasher().hash_one(self.scratch.as_str());
+        if let Some((_, &id)) = self.server_index.raw_entry().from_key_hashed_nocheck(hash, self.scratch.as_str()) {
             return self.server_retransmission(now, id, is_ack);
         }
         if is_ack {
@@ -456,7 +478,15 @@ impl TransactionLayer {
             interval: self.config.timers.t1,
             timers: Slots::default(),
         });
-        self.server_index.insert(key, id);
+        match self.server_index.raw_entry_mut().from_key_hashed_nocheck(hash, &*key) {
+            RawEntryMut::Vacant(entry) => {
+                entry.insert_hashed_nocheck(hash, key, id);
+            }
+            // Not reached: the look-up above found no transaction with this key.
+            RawEntryMut::Occupied(mut entry) => {
+                entry.insert(id);
+            }
+        }
         trace!(tx = id, ?msg, "server transaction started");
         Matched::Request { tx: Some(ServerTxId(id)), cancels }
     }
@@ -641,9 +671,7 @@ impl TransactionLayer {
             return;
         };
         self.timers.disarm_all(&mut tx.timers);
-        if self.server_index.get(&*tx.key) == Some(&id) {
-            self.server_index.remove(&*tx.key);
-        }
+        remove_if_names(&mut self.server_index, &tx.key, id);
         trace!(tx = id, "server transaction terminated");
         self.events.push_back(Event::ServerTerminated { tx: ServerTxId(id) });
     }
@@ -656,7 +684,8 @@ impl TransactionLayer {
             return Matched::StrayResponse;
         };
         key::client_key(&mut self.scratch, cseq.method.as_str(), branch);
-        let Some(&id) = self.client_index.get(self.scratch.as_str()) else {
+        let named = key::branch_id(branch).filter(|&id| self.client.get(id).is_some_and(|tx| *tx.key == *self.scratch));
+        let Some(id) = named.or_else(|| self.client_index.get(self.scratch.as_str()).copied()) else {
             trace!(?msg, "response matching no client transaction: stray");
             return Matched::StrayResponse;
         };
@@ -814,8 +843,8 @@ impl TransactionLayer {
             return;
         };
         self.timers.disarm_all(&mut tx.timers);
-        if self.client_index.get(&*tx.key) == Some(&id) {
-            self.client_index.remove(&*tx.key);
+        if tx.indexed {
+            remove_if_names(&mut self.client_index, &tx.key, id);
         }
         trace!(tx = id, "client transaction terminated");
         self.events.push_back(Event::ClientTerminated { tx: ClientTxId(id) });
@@ -843,6 +872,16 @@ impl TransactionLayer {
 
 /// The ACK of a non-2xx final response (RFC 3261 §17.1.1.3): Request-URI, top Via, Route,
 /// From, Call-ID and CSeq number of the request, To of the response, CSeq method ACK.
+/// Removes `key` from `index` if it names transaction `id` (a newer transaction may have taken
+/// the key over): one hash and one probe.
+fn remove_if_names(index: &mut HashMap<Arc<str>, u64, foldhash::fast::RandomState>, key: &str, id: u64) {
+    if let RawEntryMut::Occupied(entry) = index.raw_entry_mut().from_key(key) {
+        if *entry.get() == id {
+            entry.remove();
+        }
+    }
+}
+
 fn build_ack(request: &Bytes, response: &Message) -> Option<Bytes> {
     let limits = ParseLimits { max_message_bytes: usize::MAX, max_headers: usize::MAX };
     let req = tandem_sip::parse_datagram(request.clone(), &limits).ok()?;

@@ -43,6 +43,14 @@ impl<T> Slab<T> {
         u64::from(index)
     }
 
+    /// The id the next [`Self::insert`] returns (if nothing else is inserted first).
+    pub(crate) fn next_id(&self) -> u64 {
+        match self.free.last() {
+            Some(&index) => self.entries.get(index as usize).map_or(DEAD_ID, |e| u64::from(e.generation) << 32 | u64::from(index)),
+            None => self.entries.len() as u64,
+        }
+    }
+
     pub(crate) fn get(&self, id: u64) -> Option<&T> {
         let (index, generation) = split(id);
         self.entries.get(index).filter(|e| e.generation == generation).and_then(|e| e.value.as_ref())
@@ -81,7 +89,10 @@ mod tests {
         assert_eq!(slab.len(), 2);
         assert_eq!(slab.remove(a), Some("a"));
         assert_eq!(slab.remove(a), None);
+        let next = slab.next_id();
         let c = slab.insert("c");
+        assert_eq!(next, c, "next_id names the slot insert takes");
+        assert_eq!(slab.next_id(), 2);
         assert_ne!(a, c, "a reused slot gets a new id");
         assert_eq!(slab.get(a), None);
         assert_eq!(slab.get(c), Some(&"c"));

@@ -275,3 +275,53 @@ fn send_stateless_only_transmits() {
     assert_eq!(h.layer.counts(), (0, 0));
     assert_eq!(h.layer.retransmissions(), 0);
 }
+
+/// Branches from `client_branch` name their transaction: its responses find it without the
+/// table (which stays empty), a CANCEL sharing its INVITE's branch goes through the table, and
+/// a response whose branch names a transaction with another key, or one that has ended, is stray.
+#[test]
+fn branches_from_client_branch_name_their_transaction() {
+    let mut h = Harness::new();
+    let branch = h.layer.client_branch(0x5eed);
+    let invite = Req { branch: Some(&branch), sent_by: "tandem.example.net:5060", ..Req::default() };
+    let tx = start(&mut h, 0, &invite, udp(5060));
+    assert_eq!(h.layer.client_index.len(), 0, "named by its branch, not indexed");
+    let cancel = Req { method: "CANCEL", ..invite };
+    let cancel_tx = start(&mut h, 10, &cancel, udp(5060));
+    assert_ne!(cancel_tx, tx);
+    assert_eq!(h.layer.client_index.len(), 1, "the CANCEL's branch names the INVITE's transaction");
+    expect_response(h.layer.on_message(h.at(20), response(&cancel.msg(), 200, None), udp(5060)), cancel_tx, 200);
+    expect_response(h.layer.on_message(h.at(30), response(&invite.msg(), 487, Some("t")), udp(5060)), tx, 487);
+    let bye = Req { method: "BYE", ..invite };
+    assert!(matches!(h.layer.on_message(h.at(40), response(&bye.msg(), 200, None), udp(5060)), Received::StrayResponse { .. }));
+    // The branch is matched case-insensitively, as every branch.
+    let upper = branch.to_ascii_uppercase();
+    let shouted = Req { branch: Some(&upper), ..invite };
+    assert!(matches!(h.layer.on_message(h.at(50), response(&shouted.msg(), 487, Some("t")), udp(5060)), Received::Absorbed));
+    h.run_until(100_000);
+    assert_eq!(h.layer.counts(), (0, 0));
+    assert_eq!(h.layer.client_index.len(), 0, "the CANCEL's entry left with it");
+    // Its slot is reused by the next transaction, under another generation: the old branch
+    // names nothing any more.
+    let next_branch = h.layer.client_branch(0x5eee);
+    let next = Req { branch: Some(&next_branch), sent_by: "tandem.example.net:5060", ..Req::default() };
+    let next_tx = start(&mut h, 100_000, &next, udp(5060));
+    assert_eq!(h.layer.client_index.len(), 0);
+    assert!(matches!(h.layer.on_message(h.at(100_010), response(&invite.msg(), 180, None), udp(5060)), Received::StrayResponse { .. }));
+    expect_response(h.layer.on_message(h.at(100_020), response(&next.msg(), 180, None), udp(5060)), next_tx, 180);
+}
+
+/// A branch made for the next transaction, given to another that starts first, still works:
+/// that one is indexed by its key.
+#[test]
+fn a_branch_made_for_another_transaction_goes_through_the_table() {
+    let mut h = Harness::new();
+    let early = h.layer.client_branch(1);
+    let first = Req { branch: Some("z9hG4bKother"), sent_by: "tandem.example.net:5060", ..Req::default() };
+    let first_tx = start(&mut h, 0, &first, udp(5060));
+    let late = Req { branch: Some(&early), sent_by: "tandem.example.net:5060", ..Req::default() };
+    let late_tx = start(&mut h, 1, &late, udp(5060));
+    assert_eq!(h.layer.client_index.len(), 2, "neither branch names its transaction");
+    expect_response(h.layer.on_message(h.at(2), response(&late.msg(), 180, None), udp(5060)), late_tx, 180);
+    expect_response(h.layer.on_message(h.at(3), response(&first.msg(), 180, None), udp(5060)), first_tx, 180);
+}
