@@ -499,7 +499,7 @@ class Rig:
         os.makedirs(sdir, exist_ok=True)
         pid = self.tandem.pid
         # CPU is read from `warm` on: past start-up by default; past the transactions'
-        # 32 s lifetime (full tables, the steady state of a long step) with --warm 35.
+        # 32 s lifetime (full tables, the steady state of a long step) with --warm 40.
         warm = a.warm if getattr(a, "warm", None) is not None else min(2.0, dur * 0.2)
         end = max(warm + 0.5, dur - 0.5)
         drops0 = udp_drops_by_pid()

@@ -93,7 +93,7 @@ def main():
     p.add_argument("--ratio-to", default=None, help="variant whose CPU per call is divided by the others'")
     p.add_argument("--duration", type=int, default=15)
     p.add_argument("--warm", type=float, default=None,
-                   help="seconds into each run before CPU is read (find_max_rate.py's --warm); e.g. 35 for "
+                   help="seconds into each run before CPU is read (find_max_rate.py's --warm); e.g. 40 for "
                         "full transaction tables over UDP (32 s lifetimes)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--transport", default="udp", choices=["udp", "tcp"])
