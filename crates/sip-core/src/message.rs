@@ -89,6 +89,9 @@ pub struct Message {
     pub(crate) max_forwards: Option<u32>,
     pub(crate) content_length: Option<u32>,
     pub(crate) defect: Option<Defect>,
+    /// Length of the prefix of `buf` the parser checked as UTF-8 (the header section): text
+    /// inside it is not checked again.
+    pub(crate) checked_len: u32,
 }
 
 impl Message {
@@ -102,7 +105,23 @@ impl Message {
     }
 
     pub fn text(&self, span: Span) -> &str {
-        simdutf8::basic::from_utf8(self.raw(span)).unwrap_or("")
+        let bytes = self.raw(span);
+        if span.start <= span.end && self.checked_boundary(span.start) && self.checked_boundary(span.end) {
+            // SAFETY: `buf[..checked_len]` was validated as UTF-8 by the parser and `buf` is
+            // immutable (`Bytes`); `start <= end <= checked_len` and both are char boundaries
+            // of that prefix (checked just above), so `bytes` is a whole run of its chars and
+            // therefore valid UTF-8. Checking again cost ~3.4k instructions per proxied call
+            // (decision 0001, "Text without a second UTF-8 check").
+            #[allow(unsafe_code)]
+            return unsafe { std::str::from_utf8_unchecked(bytes) };
+        }
+        simdutf8::basic::from_utf8(bytes).unwrap_or("")
+    }
+
+    /// Whether `i` is a char boundary of the UTF-8-checked prefix: its end, or a byte inside
+    /// it that does not continue a multi-byte char (`0b10xx_xxxx`).
+    fn checked_boundary(&self, i: u32) -> bool {
+        i == self.checked_len || (i < self.checked_len && self.buf.get(i as usize).is_some_and(|b| (*b as i8) >= -0x40))
     }
 
     /// The bytes of `span` (empty if it lies outside the message).
@@ -311,5 +330,30 @@ impl fmt::Debug for Message {
             StartLine::Response { status, .. } => write!(f, "SIP/2.0 {} {}", status, self.reason())?,
         }
         write!(f, " (call-id {:?}, branch {:?})", self.call_id(), self.branch())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `text` answers what a full UTF-8 check of the span's bytes answers, for every span of a
+    /// message with multi-byte chars in its header section and a body that is not UTF-8: spans
+    /// inside the checked prefix, across its end, inside a char, reversed and out of range.
+    #[test]
+    fn text_is_the_checked_text_of_any_span() {
+        let mut raw = "MESSAGE sip:zo%C3%AB@example.com SIP/2.0\r\nVia: SIP/2.0/UDP h;branch=z9hG4bKx\r\nFrom: \"Zoë 日本\" <sip:a@h>;tag=1\r\nTo: <sip:b@h>\r\nCall-ID: c\r\nCSeq: 1 MESSAGE\r\nSubject: ünïcødé 🎉\r\nContent-Length: 6\r\n\r\n".as_bytes().to_vec();
+        raw.extend_from_slice(&[0xff, 0xc3, b'a', 0xe6, 0x97, 0xa5]);
+        let msg = crate::parse_datagram(Bytes::from(raw.clone()), &Default::default()).unwrap();
+        assert_eq!(msg.defect(), None);
+        assert!(msg.checked_len > 0 && (msg.checked_len as usize) < raw.len());
+        let len = raw.len() as u32 + 2;
+        for start in 0..len {
+            for end in 0..len {
+                let span = Span { start, end };
+                let expected = raw.get(span.range()).map_or("", |b| std::str::from_utf8(b).unwrap_or(""));
+                assert_eq!(msg.text(span), expected, "span {start}..{end}");
+            }
+        }
     }
 }

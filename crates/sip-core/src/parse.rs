@@ -88,6 +88,8 @@ fn parse(buf: Bytes, limits: &ParseLimits, stream: bool) -> Result<Message, Pars
         max_forwards: None,
         content_length: None,
         defect: None,
+        // 0 (nothing trusted) for a header section longer than a span can name.
+        checked_len: u32::try_from(head.len()).unwrap_or(0),
     };
     p.core_headers(&mut msg);
     p.body(&mut msg, body_start, stream);
