@@ -118,6 +118,18 @@ impl MessageWriter {
         self.finish_with_body(None, b"")
     }
 
+    /// Bytes appended as they are: the rest of a received message, spliced (its own
+    /// Content-Length, blank line and body included); end with [`Self::into_bytes`].
+    pub fn raw(&mut self, bytes: &[u8]) -> &mut Self {
+        self.put(bytes);
+        self
+    }
+
+    /// What was written, with nothing added (for a message completed with [`Self::raw`]).
+    pub fn into_bytes(self) -> Bytes {
+        self.buf.freeze()
+    }
+
     fn put(&mut self, b: &[u8]) {
         self.buf.put_slice(b);
     }
