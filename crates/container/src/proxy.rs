@@ -434,10 +434,9 @@ fn without_top_via_line(msg: &Message) -> Option<Bytes> {
     let (index, first) = msg.top_via_location()?;
     let (cut_start, cut_end) = first_value_cut(msg, index, HeaderName::Via, first)?;
     let wire = msg.wire_bytes();
-    let mut out = bytes::BytesMut::with_capacity(wire.len().saturating_sub(cut_end.checked_sub(cut_start)?));
-    out.extend_from_slice(wire.get(..cut_start)?);
-    out.extend_from_slice(wire.get(cut_end..)?);
-    Some(out.freeze())
+    let mut w = MessageWriter::with_capacity(wire.len());
+    write_spliced(&mut w, &wire, 0, &[(cut_start, cut_end, b"")])?;
+    Some(w.into_bytes())
 }
 
 /// The request's header section and body, spliced after what `w` holds: copied as received
@@ -460,13 +459,18 @@ fn spliced_headers(w: &mut MessageWriter, msg: &Message, max_forwards: u32, cons
         edits.push((start, end, b""));
     }
     edits.sort_unstable_by_key(|e| e.0);
-    let wire = msg.wire_bytes();
-    let mut pos = headers.first()?.name_span.start as usize;
+    write_spliced(w, &msg.wire_bytes(), headers.first()?.name_span.start as usize, &edits)
+}
+
+/// Writes `wire[from..]` with each `(start, end, replacement)` edit applied. `None`, with
+/// nothing written, unless the edits are in order, do not overlap and lie in `from..`.
+fn write_spliced(w: &mut MessageWriter, wire: &[u8], from: usize, edits: &[(usize, usize, &[u8])]) -> Option<()> {
+    let mut pos = from;
     // Checked before anything is written, so that `None` leaves `w` as it was.
     if edits.iter().any(|&(start, end, _)| start < pos || end < start || end > wire.len()) || edits.windows(2).any(|e| e[0].1 > e[1].0) {
         return None;
     }
-    for (start, end, replacement) in edits {
+    for &(start, end, replacement) in edits {
         w.raw(wire.get(pos..start)?).raw(replacement);
         pos = end;
     }
@@ -536,6 +540,11 @@ mod tests {
         assert_eq!(next_hop_of(&msg, consumed).unwrap().addr, "10.0.0.9:5060".parse().unwrap());
     }
 
+    /// A message's headers in order, as (name, value), without those named in `skip`.
+    fn headers_except(m: &Message, skip: &[HeaderName]) -> Vec<(String, String)> {
+        m.headers().iter().filter(|h| !skip.contains(&h.name)).map(|h| (format!("{:?}", h.name), m.header_value(h).to_owned())).collect()
+    }
+
     /// The spliced header section and the copied one carry the same request: every header
     /// but the consumed Route value in order, Max-Forwards decremented, Content-Length, body.
     #[test]
@@ -546,12 +555,7 @@ mod tests {
             "ACK sip:bob@127.0.0.1:5070 SIP/2.0\nMax-Forwards: 1\nVia: SIP/2.0/UDP 127.0.0.1:5061;branch=z9hG4bKa\nFrom: <sip:a@x>;tag=1\nTo: <sip:bob@y>;tag=2\nCall-ID: c\nCSeq: 1 ACK\nContent-Length: 0\n\ntrailing bytes past Content-Length",
         ];
         let view = |m: &Message| {
-            let headers: Vec<(String, String)> = m
-                .headers()
-                .iter()
-                .filter(|h| !matches!(h.name, HeaderName::ContentLength | HeaderName::MaxForwards))
-                .map(|h| (format!("{:?}", h.name), m.header_value(h).to_owned()))
-                .collect();
+            let headers = headers_except(m, &[HeaderName::ContentLength, HeaderName::MaxForwards]);
             (m.method().cloned(), m.request_uri_text().to_owned(), headers, m.max_forwards(), m.content_length(), m.body())
         };
         for text in requests {
@@ -622,13 +626,7 @@ mod tests {
             "SIP/2.0 486 Busy Here\nVia: SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bKp\nVia: SIP/2.0/UDP 127.0.0.1:5061;branch=z9hG4bKa\nFrom: <sip:a@x>;tag=1\nTo: <sip:bob@y>;tag=2\nCall-ID: c\nCSeq: 1 INVITE\nContent-Length: 0\n\ntrailing bytes past Content-Length",
         ];
         let view = |m: &Message| {
-            let headers: Vec<(String, String)> = m
-                .headers()
-                .iter()
-                .filter(|h| h.name != HeaderName::ContentLength)
-                .map(|h| (format!("{:?}", h.name), m.header_value(h).to_owned()))
-                .collect();
-            (m.status(), m.reason().to_owned(), headers, m.content_length(), m.body())
+            (m.status(), m.reason().to_owned(), headers_except(m, &[HeaderName::ContentLength]), m.content_length(), m.body())
         };
         for text in responses {
             let msg = parse(text);
