@@ -805,12 +805,24 @@ def healthy(r, base_p99):
 
 def capacity_search(service, args):
     duration = args.capacity_duration
+
+    def level(target):
+        # With --side-by-side the comparison runs both versions at once, which is more load on
+        # the shared machine than one version alone: the capacity is searched the same way
+        # (both at once, `service`'s run decides), so that the loads derived from it are the
+        # ones `service` keeps up with in the comparison itself.
+        if args.side_by_side and service == "dating_manual":
+            got = run_side_by_side(["dating", service], target, args, "cap-%d" % target, duration)
+            log(summary_line(got["dating"]))
+            return got[service]
+        return run_once(service, target, duration, args, label="cap-%s-%d" % (service, target))
+
     levels = []
     target = args.capacity_start
     base_p99 = None
     last_ok, first_bad = None, None
     while target <= args.capacity_max:
-        r = run_once(service, target, duration, args, label="cap-%s-%d" % (service, target))
+        r = level(target)
         if r.get("missing"):
             return None, levels
         ok, why = healthy(r, base_p99)
@@ -840,7 +852,7 @@ def capacity_search(service, args):
     # one bisection step between the last good and the first bad level
     if last_ok and first_bad and first_bad - last_ok > max(10, last_ok // 4) and args.refine:
         mid = (last_ok + first_bad) // 2
-        r = run_once(service, mid, duration, args, label="cap-%s-%d" % (service, mid))
+        r = level(mid)
         ok, why = healthy(r, base_p99)
         log(summary_line(r))
         log("capacity: target %d -> %s" % (mid, why))
@@ -889,6 +901,8 @@ def compare(args):
     else:
         cap, levels = capacity_search(ref, args)
         cap_src = "searched with %s" % ref
+        if args.side_by_side and ref == "dating_manual":
+            cap_src += ", side by side with dating as in the comparison"
     if cap is None:
         raise SystemExit("capacity search failed")
     loads = {"expected": max(2, int(round(cap * 0.8))), "overload": cap}
@@ -957,7 +971,7 @@ def setup_stats_of(r):
     return r["setup_delay_hold"] if r["setup_delay_hold"].get("n") else r["setup_delay"]
 
 
-def run_side_by_side(svcs, target, args, lvl):
+def run_side_by_side(svcs, target, args, lvl, duration=None):
     """Both versions at once, each with its own media service and SIPp instances: whatever
     else the shared machine does during the run (steal time, a neighbour's burst) falls on both,
     so their ratio is not a comparison of two different five-minute windows. The second version
@@ -967,7 +981,7 @@ def run_side_by_side(svcs, target, args, lvl):
 
     def one(svc):
         try:
-            got[svc] = run_once(svc, target, args.duration, args, label="%s-%s" % (lvl, svc))
+            got[svc] = run_once(svc, target, duration or args.duration, args, label="%s-%s" % (lvl, svc))
         except Exception as e:  # reported after the join
             errors[svc] = e
 

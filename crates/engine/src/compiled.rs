@@ -160,6 +160,115 @@ pub(crate) struct Program {
     /// the engine then predicts it reading each session for the one value asked, without
     /// copying the sessions' slots (see `MachineService::predict_direct`).
     pub direct: bool,
+    /// `methods` as bits of [`Compiled::method_index`] (None: any method, or too many names).
+    pub method_bits: Option<u64>,
+    /// The guard as a [`Simple`] test, when it has no `let`s and reads nothing but the
+    /// message and `msg.sips.role`.
+    pub simple_guard: Option<Simple>,
+    /// The handles, then the moves, as [`SimpleNav`]s, when each is `msg.sips` or one stored
+    /// attribute of it.
+    pub simple_navs: Option<Vec<SimpleNav>>,
+}
+
+/// A guard that reads nothing but the message and `msg.sips.role`, evaluated without an
+/// environment or values: the same truth as `eval` gives (every node is a boolean there too).
+#[derive(Debug, PartialEq)]
+pub(crate) enum Simple {
+    Bool(bool),
+    /// As [`CExpr::SipsRole`].
+    SipsRole {
+        role: Option<usize>,
+        negate: bool,
+    },
+    /// `msg.method`, `msg.cseq` or `msg.timer` `==` (`!=` when `negate`) a text.
+    Text {
+        of: MsgText,
+        text: SmolStr,
+        negate: bool,
+    },
+    Not(Box<Simple>),
+    And(Box<Simple>, Box<Simple>),
+    Or(Box<Simple>, Box<Simple>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum MsgText {
+    Method,
+    Cseq,
+    Timer,
+}
+
+/// A handle or move target that is the message's session (`msg.sips`) or the session one of
+/// its stored attributes names (`msg.sips.NAME`, by slot).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum SimpleNav {
+    Sips,
+    SipsAttr(usize),
+}
+
+impl Simple {
+    fn of(expr: &CExpr) -> Option<Simple> {
+        Some(match expr {
+            CExpr::Const(Value::Bool(b)) => Simple::Bool(*b),
+            CExpr::SipsRole { role, negate } => Simple::SipsRole { role: *role, negate: *negate },
+            CExpr::Not(e) => Simple::Not(Box::new(Simple::of(e)?)),
+            CExpr::And(a, b) => Simple::And(Box::new(Simple::of(a)?), Box::new(Simple::of(b)?)),
+            CExpr::Or(a, b) => Simple::Or(Box::new(Simple::of(a)?), Box::new(Simple::of(b)?)),
+            CExpr::Cmp(a, op @ (CmpOp::Eq | CmpOp::Ne), b) => {
+                let (of, text) = match (msg_text(a), &**b, msg_text(b), &**a) {
+                    (Some(of), CExpr::Const(Value::Str(t)), _, _) | (_, _, Some(of), CExpr::Const(Value::Str(t))) => (of, t.clone()),
+                    _ => return None,
+                };
+                Simple::Text { of, text, negate: *op == CmpOp::Ne }
+            }
+            _ => return None,
+        })
+    }
+
+    /// The guard's truth for a message whose `msg.method`, `msg.cseq` and `msg.timer` are
+    /// `text` of each, and whose `msg.sips.role` is `sips_role` (as
+    /// [`crate::eval::Env::sips_role`] answers it).
+    pub(crate) fn holds<'t>(&self, sips_role: Option<Option<usize>>, text: &impl Fn(MsgText) -> &'t str) -> bool {
+        match self {
+            Simple::Bool(b) => *b,
+            Simple::SipsRole { role, negate } => {
+                let is = match (sips_role, role) {
+                    (None, None) => true,
+                    (Some(Some(read)), Some(role)) => read == *role,
+                    _ => false,
+                };
+                is != *negate
+            }
+            Simple::Text { of, text: t, negate } => (text(*of) == t.as_str()) != *negate,
+            Simple::Not(e) => !e.holds(sips_role, text),
+            Simple::And(a, b) => a.holds(sips_role, text) && b.holds(sips_role, text),
+            Simple::Or(a, b) => a.holds(sips_role, text) || b.holds(sips_role, text),
+        }
+    }
+}
+
+/// `msg.method`, `msg.cseq` or `msg.timer` (no steps after it).
+fn msg_text(expr: &CExpr) -> Option<MsgText> {
+    match expr {
+        CExpr::Method => Some(MsgText::Method),
+        CExpr::Nav(CNav { root: Root::Msg(root), path }) if path.is_empty() => match root {
+            NavRoot::MsgMethod => Some(MsgText::Method),
+            NavRoot::MsgCseq => Some(MsgText::Cseq),
+            NavRoot::MsgTimer => Some(MsgText::Timer),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+impl SimpleNav {
+    fn of(nav: &CNav) -> Option<SimpleNav> {
+        match (&nav.root, nav.path.as_slice()) {
+            (Root::Msg(NavRoot::MsgSips), []) => Some(SimpleNav::Sips),
+            (Root::Msg(NavRoot::MsgSips), [Step::Attr(slot)]) => Some(SimpleNav::SipsAttr(*slot)),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -408,6 +517,17 @@ impl Program {
     pub fn may_take(&self, method: &str) -> bool {
         self.methods.as_ref().is_none_or(|ms| ms.iter().any(|m| m == method))
     }
+
+    /// [`Self::may_take`] for a method found once by [`Compiled::method_index`] (`name` is
+    /// its text), without comparing texts.
+    pub(crate) fn takes(&self, method: Option<usize>, name: &str) -> bool {
+        match (self.method_bits, method) {
+            (Some(bits), Some(i)) => bits >> i & 1 == 1,
+            // Every name `methods` holds has an index: another method is none of them.
+            (Some(_), None) => false,
+            (None, _) => self.may_take(name),
+        }
+    }
 }
 
 impl Compiled {
@@ -450,6 +570,8 @@ impl Compiled {
                 let handles: Vec<CNav> = t.handles.iter().map(|h| c.nav(h)).collect();
                 let moves: Vec<CNav> = t.moves.iter().map(|m| c.nav(&m.target)).collect();
                 let direct = !lets.iter().chain([&guard]).any(reads_app) && !handles.iter().chain(&moves).any(nav_reads_app);
+                let simple_guard = if lets.is_empty() { Simple::of(&guard) } else { None };
+                let simple_navs = handles.iter().chain(&moves).map(SimpleNav::of).collect();
                 Program {
                     methods,
                     lets,
@@ -459,10 +581,21 @@ impl Compiled {
                     to_final: finals.contains(&t.to.name),
                     moves_final: t.moves.iter().any(|m| finals.contains(&m.to.name)),
                     direct,
+                    method_bits: None,
+                    simple_guard,
+                    simple_navs,
                 }
             })
             .collect();
         let (direct_methods, direct_otherwise) = direct_methods(&programs);
+        let mut programs = programs;
+        if direct_methods.len() <= 64 {
+            for p in &mut programs {
+                p.method_bits = p.methods.as_ref().map(|ms| {
+                    ms.iter().filter_map(|m| direct_methods.iter().position(|(n, _)| n == m)).fold(0u64, |bits, i| bits | 1 << i)
+                });
+            }
+        }
         let slot_keys: Vec<(usize, u64)> = slots.0.iter().map(|n| short_key(n)).collect();
         let slot_table = SlotTable::new(&slot_keys);
         let role_texts = machine.roles.iter().map(|r| SmolStr::new(&r.name.name)).collect();
@@ -483,9 +616,23 @@ impl Compiled {
         })
     }
 
-    /// Whether every transition that may take a message of `method` is `direct`.
+    /// Whether every transition that may take a message of `method` is `direct` (the engine
+    /// asks [`Self::direct_at`] with the method's index).
+    #[cfg(test)]
     pub(crate) fn direct_for(&self, method: &str) -> bool {
         self.direct_methods.iter().find(|(m, _)| m == method).map_or(self.direct_otherwise, |(_, direct)| *direct)
+    }
+
+    /// The index of `method` among the methods the contract's guards name (for
+    /// [`Program::takes`] and [`Self::direct_at`]); None for any other method.
+    pub(crate) fn method_index(&self, method: &str) -> Option<usize> {
+        self.direct_methods.iter().position(|(m, _)| m == method)
+    }
+
+    /// Whether every transition that may take a message of the method at `method` (from
+    /// [`Self::method_index`]; None: a method no guard names) is `direct`.
+    pub(crate) fn direct_at(&self, method: Option<usize>) -> bool {
+        method.map_or(self.direct_otherwise, |i| self.direct_methods[i].1)
     }
 
     pub fn candidates(&self, state: &str) -> &[usize] {
@@ -643,5 +790,86 @@ transition T3: Busy -> same
         assert!(
             matches!(&c.program(2).guard, CExpr::And(a, _) if matches!(**a, CExpr::SipsRole { role, negate: false } if role == msr_role))
         );
+    }
+
+    /// Answers what a guard of the message and `msg.sips.role` asks; nothing else is asked.
+    struct MessageOnly<'m> {
+        method: &'m str,
+        cseq: &'m str,
+        role: Option<Option<usize>>,
+    }
+
+    impl crate::eval::Env for MessageOnly<'_> {
+        fn message(&self, root: &NavRoot) -> Value {
+            match root {
+                NavRoot::MsgMethod => Value::Str(SmolStr::new(self.method)),
+                NavRoot::MsgCseq => Value::Str(SmolStr::new(self.cseq)),
+                NavRoot::MsgTimer => Value::Str(SmolStr::new("")),
+                other => panic!("a simple guard read {other:?}"),
+            }
+        }
+        fn method(&self) -> &str {
+            self.method
+        }
+        fn app_attr(&mut self, _: &str) -> Result<Value, crate::eval::Need> {
+            panic!("a simple guard read the application session")
+        }
+        fn session_step(&mut self, _: tandem_container::SessionId, _: Step) -> Result<Value, crate::eval::Need> {
+            panic!("a simple guard read a session")
+        }
+        fn sips_role(&mut self) -> Result<Option<Option<usize>>, crate::eval::Need> {
+            Ok(self.role)
+        }
+        fn session_of(&mut self, _: &str) -> Value {
+            panic!("a simple guard looked a session up")
+        }
+        fn payload_session(&mut self) -> Value {
+            panic!("a simple guard looked a session up")
+        }
+        fn initial_state(&self) -> Value {
+            panic!("a simple guard read a state")
+        }
+    }
+
+    #[test]
+    fn simple_guards_and_navs_agree_with_the_evaluator() {
+        let dating = include_str!("../../../services/dating.machine");
+        for (source, simple) in [(CONTRACT, vec![0, 2]), (dating, (0..20).filter(|i| ![5, 6].contains(i)).collect())] {
+            let c = Compiled::new(tandem_contract::parse(source).expect("parses")).expect("compiles");
+            let found: Vec<usize> = (0..c.programs.len()).filter(|&i| c.program(i).simple_guard.is_some()).collect();
+            assert_eq!(found, simple, "transitions with a simple guard");
+            let methods = ["INVITE", "ACK", "BYE", "CANCEL", "MESSAGE", "OK", "ERROR", "PROVISIONAL", "TIMER", "OPTIONS"];
+            let roles = [None, Some(None), Some(Some(0)), Some(Some(1))];
+            for (i, p) in c.programs.iter().enumerate() {
+                for method in methods {
+                    let index = c.method_index(method);
+                    assert_eq!(p.takes(index, method), p.may_take(method), "T{} {method}", i + 1);
+                    assert_eq!(c.direct_at(index), c.direct_for(method), "{method}");
+                    let Some(guard) = &p.simple_guard else { continue };
+                    for cseq in ["INVITE", "BYE", "MESSAGE", ""] {
+                        for role in roles {
+                            let mut env = MessageOnly { method, cseq, role };
+                            let evaluated = crate::eval::eval(&p.guard, &mut env, &crate::eval::Vars::default()) == Ok(Value::Bool(true));
+                            let text = |of: MsgText| match of {
+                                MsgText::Method => method,
+                                MsgText::Cseq => cseq,
+                                MsgText::Timer => "",
+                            };
+                            assert_eq!(guard.holds(role, &text), evaluated, "T{} {method} cseq {cseq} role {role:?}", i + 1);
+                        }
+                    }
+                }
+            }
+        }
+        let c = Compiled::new(tandem_contract::parse(CONTRACT).expect("parses")).expect("compiles");
+        assert_eq!(c.program(0).simple_navs, Some(vec![SimpleNav::Sips]));
+        assert_eq!(c.program(1).simple_navs, None, "p.msr starts at a let");
+        let dating =
+            Compiled::new(tandem_contract::parse(include_str!("../../../services/dating.machine")).expect("parses")).expect("compiles");
+        let slot = |n: &str| dating.slot(n).expect("declared");
+        // T11: msg.sips, msg.sips.msr, msg.sips.p2t, and its move's msg.sips.p2t.
+        let t11 = SimpleNav::SipsAttr(slot("p2t"));
+        assert_eq!(dating.program(10).simple_navs, Some(vec![SimpleNav::Sips, SimpleNav::SipsAttr(slot("msr")), t11, t11]));
+        assert_eq!(dating.program(6).simple_navs, None, "T7's handles start at a let");
     }
 }

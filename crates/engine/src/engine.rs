@@ -1,6 +1,6 @@
 //! The machine service: events in, negotiation, one handler arm, commit, release.
 
-use crate::compiled::{Compiled, Step, ROLE_SLOT, STATE_SLOT};
+use crate::compiled::{Compiled, MsgText, SimpleNav, Step, ROLE_SLOT, STATE_SLOT};
 use crate::eval::{eval, nav_value, Env, Need, Value, Vars};
 use crate::event::{Event, Trigger};
 use crate::locks::{Acquire, Key, LockTable, Ticket, GLOBAL};
@@ -505,7 +505,7 @@ impl<H: Handler> MachineService<H> {
     }
 
     /// The single-assignment prediction of a message that only `direct` transitions may take
-    /// (`Compiled::direct_for`), made without copying the sessions' slots: the message's
+    /// (`Compiled::direct_at`), made without copying the sessions' slots: the message's
     /// session is read under one lock for its role and the state holder (or its execution's
     /// state), and the candidates' `let`s, guards, handles and moves read each session they
     /// reach for the one attribute they ask (`DirectEnv`). It reads and records what `predict`
@@ -516,7 +516,8 @@ impl<H: Handler> MachineService<H> {
         let compiled = &self.compiled;
         let event = &neg.event;
         let method = event.method();
-        if !compiled.direct_for(method) {
+        let method_index = compiled.method_index(method);
+        if !compiled.direct_at(method_index) {
             return false;
         }
         let reads = &mut p.reads;
@@ -532,12 +533,24 @@ impl<H: Handler> MachineService<H> {
         };
         let mut env = DirectEnv { ctx, compiled, reads, event, sips_role, payload: None, escaped: false };
         let mut enabled: smallvec::SmallVec<[(usize, Vars); 1]> = smallvec::SmallVec::new();
+        let text = |of: MsgText| match of {
+            MsgText::Method => method,
+            MsgText::Cseq => event.cseq_method(),
+            MsgText::Timer => event.timer(),
+        };
         for &index in candidates {
             let program = compiled.program(index);
-            if !program.may_take(method) {
+            if !program.takes(method_index, method) {
                 continue;
             }
-            // `direct_for` admitted the method only if every transition that may take it is.
+            // A guard of the message and `msg.sips.role` alone: no environment, no values.
+            if let Some(guard) = &program.simple_guard {
+                if guard.holds(sips_role, &text) {
+                    enabled.push((index, Vars::default()));
+                }
+                continue;
+            }
+            // `direct_at` admitted the method only if every transition that may take it is.
             debug_assert!(program.direct);
             let mut vars = Vars::default();
             for l in &program.lets {
@@ -554,8 +567,13 @@ impl<H: Handler> MachineService<H> {
         } else if let Some((index, vars)) = enabled.pop() {
             let program = compiled.program(index);
             let mut needed = SortedSet::new();
-            for nav in program.handles.iter().chain(&program.moves) {
-                let _ = nav_value(nav, &mut env, &vars, Some(&mut needed));
+            match &program.simple_navs {
+                Some(navs) => sips_navs(env.ctx, compiled, env.reads, event.session, navs, &mut needed),
+                None => {
+                    for nav in program.handles.iter().chain(&program.moves) {
+                        let _ = nav_value(nav, &mut env, &vars, Some(&mut needed));
+                    }
+                }
             }
             if let Some(id) = event.session {
                 needed.insert(key(id));
@@ -825,6 +843,43 @@ fn describe(outcome: &Outcome) -> String {
         Outcome::Absorb => "absorb".to_string(),
         Outcome::Ambiguous(names) => format!("ambiguous {names:?}"),
         Outcome::Run(c) => format!("transition #{} over {} session(s), holder {:?}", c.transition, c.needed.iter().count(), c.holder),
+    }
+}
+
+/// The sessions `msg.sips` and `msg.sips.NAME` handles and moves traverse, recorded as
+/// `nav_value` over `DirectEnv` records them: the message's session, and each attribute's
+/// session (the message's session read once, under one lock, for all of them).
+/// Nothing for an initial request (its session does not exist yet).
+fn sips_navs(
+    ctx: &mut Context<'_>,
+    compiled: &Compiled,
+    reads: &mut Reads,
+    sips: Option<SessionId>,
+    navs: &[SimpleNav],
+    needed: &mut SortedSet<Key>,
+) {
+    let Some(id) = sips else { return };
+    needed.insert(key(id));
+    if !navs.iter().any(|n| matches!(n, SimpleNav::SipsAttr(_))) {
+        return;
+    }
+    let read = reads.touch_with(ctx, id, |s| {
+        let mut found: smallvec::SmallVec<[SessionId; 4]> = smallvec::SmallVec::new();
+        for nav in navs {
+            if let SimpleNav::SipsAttr(slot) = *nav {
+                if let Some(tandem_container::AttrValue::Session(target)) = s.attributes.get(&compiled.slots[slot]) {
+                    found.push(*target);
+                }
+            }
+        }
+        found
+    });
+    // `direct_state` read the message's session and marked it wanted already (the general
+    // path's `read_wanted` marks it again).
+    if let Some((_, found)) = read {
+        for target in found {
+            needed.insert(key(target));
+        }
     }
 }
 
