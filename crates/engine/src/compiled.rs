@@ -231,14 +231,7 @@ impl Simple {
     pub(crate) fn holds<'t>(&self, sips_role: Option<Option<usize>>, text: &impl Fn(MsgText) -> &'t str) -> bool {
         match self {
             Simple::Bool(b) => *b,
-            Simple::SipsRole { role, negate } => {
-                let is = match (sips_role, role) {
-                    (None, None) => true,
-                    (Some(Some(read)), Some(role)) => read == *role,
-                    _ => false,
-                };
-                is != *negate
-            }
+            Simple::SipsRole { role, negate } => crate::eval::sips_role_test(sips_role, *role, *negate),
             Simple::Text { of, text: t, negate } => (text(*of) == t.as_str()) != *negate,
             Simple::Not(e) => !e.holds(sips_role, text),
             Simple::And(a, b) => a.holds(sips_role, text) && b.holds(sips_role, text),
@@ -554,7 +547,7 @@ impl Compiled {
                 (r.name.name.clone(), RoleInfo { holds_state: r.holds_state, state_via, state_via_slot, once })
             })
             .collect();
-        let programs: Vec<Program> = machine
+        let mut programs: Vec<Program> = machine
             .transitions
             .iter()
             .map(|t| {
@@ -588,7 +581,6 @@ impl Compiled {
             })
             .collect();
         let (direct_methods, direct_otherwise) = direct_methods(&programs);
-        let mut programs = programs;
         if direct_methods.len() <= 64 {
             for p in &mut programs {
                 p.method_bits = p.methods.as_ref().map(|ms| {

@@ -83,14 +83,7 @@ pub(crate) fn eval(expr: &CExpr, env: &mut dyn Env, vars: &Vars) -> Result<Value
         CExpr::Nav(nav) => nav_value(nav, env, vars, None)?,
         // `msg.payl` is always text: look the session up from the body directly.
         CExpr::PayloadSession => env.payload_session(),
-        CExpr::SipsRole { role, negate } => {
-            let is = match (env.sips_role()?, role) {
-                (None, None) => true,
-                (Some(Some(read)), Some(role)) => read == *role,
-                _ => false,
-            };
-            Value::Bool(is != *negate)
-        }
+        CExpr::SipsRole { role, negate } => Value::Bool(sips_role_test(env.sips_role()?, *role, *negate)),
         CExpr::SessionOf(inner) => match eval(inner, env, vars)? {
             Value::Str(s) => env.session_of(&s),
             _ => Value::Null,
@@ -109,6 +102,17 @@ pub(crate) fn eval(expr: &CExpr, env: &mut dyn Env, vars: &Vars) -> Result<Value
             Value::Bool(compare(&a, *op, &b))
         }
     })
+}
+
+/// `msg.sips.role == role` (`!=` when `negate`), `read` being `msg.sips.role` as
+/// [`Env::sips_role`] answers it: null tests true only against null, an undeclared role never.
+pub(crate) fn sips_role_test(read: Option<Option<usize>>, role: Option<usize>, negate: bool) -> bool {
+    let is = match (read, role) {
+        (None, None) => true,
+        (Some(Some(read)), Some(role)) => read == role,
+        _ => false,
+    };
+    is != negate
 }
 
 /// The text of an operand that is text whatever the sessions hold: a name, a string or
