@@ -1293,8 +1293,7 @@ fn apply(ctx: &mut Context<'_>, event: &Event<'_>, actions: Actions, reads: &Rea
                 if let Trigger::Request { msg, tx, flow, kind } = &event.trigger {
                     let req = Request::new(msg, *tx, *flow, *kind, event.session, event.app);
                     let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
-                    let body = body.as_ref().map(|(ct, b)| (ct.as_str(), &b[..]));
-                    ctx.respond_with(&req, status, &headers, body);
+                    ctx.respond_with(&req, status, &headers, body.as_ref().map(crate::transition::Body::parts));
                 }
             }
             Action::OnSession { session, op } => {

@@ -27,4 +27,4 @@ pub use engine::{Handler, HandlerError, MachineService, Negotiator};
 pub use eval::Value;
 pub use event::{Event, Trigger};
 pub use locks::{Acquire, LockTable, Ticket, GLOBAL};
-pub use transition::{Transition, TransitionError};
+pub use transition::{Body, Transition, TransitionError};

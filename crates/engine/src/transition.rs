@@ -8,6 +8,7 @@ use crate::locks::Key;
 use crate::reads::Reads;
 use crate::sorted_set::SortedSet;
 use bytes::Bytes;
+use std::borrow::Cow;
 use std::time::Duration;
 use tandem_container::{AppSessionId, AttrValue, Context, Destination, Request, SessionCell, SessionId, SipSession, TimerId};
 use tandem_sip::Method;
@@ -26,10 +27,29 @@ pub enum TransitionError {
     UnknownRole(String),
 }
 
+/// A message body an arm sends: its content type and its bytes, shared rather than copied (a
+/// caller's SDP read from an attribute or from the event, a `String` made into `Bytes`, a
+/// static text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Body {
+    pub content_type: Cow<'static, str>,
+    pub bytes: Bytes,
+}
+
+impl Body {
+    pub fn new(content_type: impl Into<Cow<'static, str>>, bytes: impl Into<Bytes>) -> Body {
+        Body { content_type: content_type.into(), bytes: bytes.into() }
+    }
+
+    pub(crate) fn parts(&self) -> (&str, &[u8]) {
+        (&self.content_type, &self.bytes)
+    }
+}
+
 /// A SIP action on a session, applied at commit (on the session's executor).
 pub(crate) enum SessionOp {
-    Answer { status: u16, body: Option<(String, Bytes)> },
-    Send { method: Method, body: Option<(String, Bytes)> },
+    Answer { status: u16, body: Option<Body> },
+    Send { method: Method, body: Option<Body> },
     Bye,
     Cancel,
 }
@@ -42,8 +62,8 @@ impl SessionOp {
             return;
         }
         let result = match self {
-            SessionOp::Answer { status, body } => ctx.answer_session(s, status, body.as_ref().map(|(c, b)| (c.as_str(), &b[..]))),
-            SessionOp::Send { method, body } => ctx.send_in_dialog(s, method, body.as_ref().map(|(c, b)| (c.as_str(), &b[..]))),
+            SessionOp::Answer { status, body } => ctx.answer_session(s, status, body.as_ref().map(Body::parts)),
+            SessionOp::Send { method, body } => ctx.send_in_dialog(s, method, body.as_ref().map(Body::parts)),
             SessionOp::Bye => ctx.send_bye_on(s),
             SessionOp::Cancel => ctx.cancel_invite(s),
         };
@@ -54,7 +74,7 @@ impl SessionOp {
 }
 
 pub(crate) enum Action {
-    Respond { status: u16, headers: Vec<(String, String)>, body: Option<(String, Bytes)> },
+    Respond { status: u16, headers: Vec<(String, String)>, body: Option<Body> },
     OnSession { session: SessionId, op: SessionOp },
 }
 
@@ -224,9 +244,8 @@ impl<'c, 'a> Transition<'c, 'a> {
         self.respond_with(status, &[], None);
     }
 
-    pub fn respond_with(&mut self, status: u16, headers: &[(&str, &str)], body: Option<(&str, &[u8])>) {
+    pub fn respond_with(&mut self, status: u16, headers: &[(&str, &str)], body: Option<Body>) {
         let headers = headers.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
-        let body = body.map(|(c, b)| (c.to_string(), Bytes::copy_from_slice(b)));
         self.actions.push(Action::Respond { status, headers, body });
     }
 
@@ -237,19 +256,17 @@ impl<'c, 'a> Transition<'c, 'a> {
     }
 
     /// Answers the INVITE of an accepted session (at commit).
-    pub fn answer(&mut self, session: SessionId, status: u16, body: Option<(&str, &[u8])>) -> Result<(), TransitionError> {
-        let body = body.map(|(c, b)| (c.to_string(), Bytes::copy_from_slice(b)));
+    pub fn answer(&mut self, session: SessionId, status: u16, body: Option<Body>) -> Result<(), TransitionError> {
         self.on_session(session, SessionOp::Answer { status, body })
     }
 
     /// Sends the INVITE of a leg, or a re-INVITE in an established dialog (at commit).
-    pub fn invite(&mut self, session: SessionId, body: Option<(&str, &[u8])>) -> Result<(), TransitionError> {
+    pub fn invite(&mut self, session: SessionId, body: Option<Body>) -> Result<(), TransitionError> {
         self.send(session, Method::Invite, body)
     }
 
     /// Sends a request in the session's dialog (at commit).
-    pub fn send(&mut self, session: SessionId, method: Method, body: Option<(&str, &[u8])>) -> Result<(), TransitionError> {
-        let body = body.map(|(c, b)| (c.to_string(), Bytes::copy_from_slice(b)));
+    pub fn send(&mut self, session: SessionId, method: Method, body: Option<Body>) -> Result<(), TransitionError> {
         self.on_session(session, SessionOp::Send { method, body })
     }
 

@@ -8,10 +8,11 @@
 //!   ACK to the media service (the paper's `Msr!ACK`), and T8's `Caller!ACK` is the container's;
 //! - the caller's SDP offer is kept on its session (attribute `sdp`) for T7's re-INVITEs.
 
+use bytes::Bytes;
 use serde::Deserialize;
 use std::sync::Arc;
 use tandem_container::{AttrValue, Destination, UaProfile};
-use tandem_engine::{Compiled, Handler, HandlerError, MachineService, Negotiator, Transition};
+use tandem_engine::{Body, Compiled, Handler, HandlerError, MachineService, Negotiator, Transition};
 use tandem_sip::Method;
 
 /// The contract, embedded so the binary runs without the source tree.
@@ -58,10 +59,11 @@ impl Dating {
         t.session_attr(id, name)?.ok_or_else(|| err(&format!("session has no {name}")))
     }
 
-    fn sdp(t: &mut Transition<'_, '_>, caller: tandem_container::SessionId) -> Result<Vec<u8>, HandlerError> {
+    /// The caller's SDP offer (shared, not copied).
+    fn sdp(t: &mut Transition<'_, '_>, caller: tandem_container::SessionId) -> Result<Body, HandlerError> {
         Ok(match t.attr(caller, "sdp")? {
-            Some(AttrValue::Bytes(b)) => b.to_vec(),
-            _ => Vec::new(),
+            Some(AttrValue::Bytes(b)) => Body::new(SDP, b),
+            _ => Body::new(SDP, Bytes::new()),
         })
     }
 }
@@ -80,15 +82,14 @@ impl Handler for Dating {
                 t.set_role(msr, "Msr")?;
                 t.set_attr(msr, "caller", AttrValue::Session(caller))?;
                 t.set_attr(caller, "msr", AttrValue::Session(msr))?;
-                let id = caller.to_string();
-                t.invite(msr, Some(("text/plain", id.as_bytes())))?;
+                t.invite(msr, Some(Body::new("text/plain", caller.to_string())))?;
             }
             // Msr?OK: answer the caller with the media service's SDP.
             "T2" => {
                 let msr = sips.ok_or_else(|| err("no session"))?;
                 let caller = Self::session_attr(t, msr, "caller")?;
                 let answer = t.event().body();
-                t.answer(caller, 200, Some((SDP, &answer)))?;
+                t.answer(caller, 200, Some(Body::new(SDP, answer)))?;
             }
             // Caller?CANCEL (the container answered 200 and 487): drop the media leg.
             "T3" => {
@@ -116,7 +117,7 @@ impl Handler for Dating {
             "T6" => {
                 let msr = sips.ok_or_else(|| err("no session"))?;
                 t.respond(200);
-                t.send(msr, Method::Message, Some(("text/plain", b"unavailable")))?;
+                t.send(msr, Method::Message, Some(Body::new("text/plain", &b"unavailable"[..])))?;
             }
             // Msr?MESSAGE(peer) with the peer talking to its media service: pair them.
             "T7" => {
@@ -128,8 +129,8 @@ impl Handler for Dating {
                 t.set_attr(caller, "p2t", AttrValue::Session(peer))?;
                 t.set_attr(peer, "p2t", AttrValue::Session(caller))?;
                 let (caller_sdp, peer_sdp) = (Self::sdp(t, caller)?, Self::sdp(t, peer)?);
-                t.invite(caller, Some((SDP, &peer_sdp)))?;
-                t.invite(peer, Some((SDP, &caller_sdp)))?;
+                t.invite(caller, Some(peer_sdp))?;
+                t.invite(peer, Some(caller_sdp))?;
                 t.bye(msr)?;
                 t.bye(peer_msr)?;
             }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 use tandem_container::{AttrValue, UaProfile};
-use tandem_engine::{Compiled, Handler, HandlerError, MachineService, Negotiator, Transition};
+use tandem_engine::{Body, Compiled, Handler, HandlerError, MachineService, Negotiator, Transition};
 
 /// The contract, embedded so the binary runs without the source tree.
 pub const PAIRING_CONTRACT: &str = include_str!("../../../services/pairing.machine");
@@ -24,18 +24,16 @@ impl Handler for Pairing {
             "Join" => {
                 let me = t.accept()?;
                 t.set_role(me, "Party")?;
-                let id = me.to_string();
-                t.answer(me, 200, Some(("text/plain", id.as_bytes())))?;
+                t.answer(me, 200, Some(Body::new("text/plain", me.to_string())))?;
             }
             "Pair" => {
                 let me = t.sips().ok_or_else(|| HandlerError("the message has no session".into()))?;
                 let peer = t.resolve(&t.event().payload()).ok_or_else(|| HandlerError("the peer ended meanwhile".into()))?;
                 t.set_attr(me, "peer", AttrValue::Session(peer))?;
                 t.set_attr(peer, "peer", AttrValue::Session(me))?;
-                let peer_id = peer.to_string();
-                t.respond_with(200, &[], Some(("text/plain", peer_id.as_bytes())));
+                t.respond_with(200, &[], Some(Body::new("text/plain", peer.to_string())));
             }
-            "Busy" => t.respond_with(200, &[], Some(("text/plain", b"busy"))),
+            "Busy" => t.respond_with(200, &[], Some(Body::new("text/plain", &b"busy"[..]))),
             "Late" | "Hangup" => t.respond(200),
             other => return Err(HandlerError(format!("no arm for transition {other}"))),
         }
