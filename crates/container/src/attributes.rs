@@ -20,9 +20,26 @@ pub struct Attributes {
     /// Counts changes: whoever copied attributes out can tell with one comparison that none
     /// changed since (the contract engine checks its unlocked reads this way).
     generation: u64,
+    /// A word a reader derived from these attributes, and the generation it holds for (see
+    /// [`Attributes::memo`]).
+    memo: u32,
+    memo_generation: u64,
 }
 
 impl Attributes {
+    /// The word last given to [`Attributes::set_memo`], if no attribute changed since: what a
+    /// reader derived from them (the contract engine keeps a session's role and state there as
+    /// indices) without looking the names up again. Never 0.
+    pub fn memo(&self) -> Option<u32> {
+        (self.memo != 0 && self.memo_generation == self.generation).then_some(self.memo)
+    }
+
+    /// Keeps `memo` (not 0) until the next change of the attributes; it is not a change itself.
+    pub fn set_memo(&mut self, memo: u32) {
+        self.memo = memo;
+        self.memo_generation = self.generation;
+    }
+
     pub fn get(&self, name: &str) -> Option<&AttrValue> {
         self.entries.iter().find(|(n, _)| &**n == name).map(|(_, v)| v)
     }
@@ -107,6 +124,23 @@ impl Attributes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memo_holds_until_a_change() {
+        let mut a = Attributes::default();
+        assert_eq!(a.memo(), None);
+        a.set_memo(7);
+        assert_eq!(a.memo(), Some(7));
+        a.set_str("x", "y");
+        assert_eq!(a.memo(), None, "a set drops the memo");
+        a.set_memo(8);
+        assert_eq!(a.clone().memo(), Some(8));
+        a.remove("x");
+        assert_eq!(a.memo(), None, "a removal drops the memo");
+        a.set_memo(9);
+        a.set("z", AttrValue::Int(1));
+        assert_eq!(a.memo(), None);
+    }
 
     #[test]
     fn set_str_overwrites_and_counts() {

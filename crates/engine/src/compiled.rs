@@ -631,6 +631,17 @@ impl Compiled {
         self.by_state.get(state).map_or(&[], Vec::as_slice)
     }
 
+    /// The place of `state` among the states some transition leaves (for
+    /// [`Self::candidates_at`]); None for any other state.
+    pub(crate) fn state_index(&self, state: &str) -> Option<usize> {
+        self.by_state.position(state)
+    }
+
+    /// The candidates of the state at `index` (from [`Self::state_index`]).
+    pub(crate) fn candidates_at(&self, index: usize) -> &[usize] {
+        self.by_state.0.get(index).map_or(&[], |(_, c)| c.as_slice())
+    }
+
     pub fn role(&self, name: &str) -> Option<&RoleInfo> {
         self.roles.get(name)
     }

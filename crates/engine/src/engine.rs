@@ -682,7 +682,7 @@ impl<H: Handler> MachineService<H> {
         };
         if let Some(holder) = holder {
             if !stays {
-                set_state(ctx, reads, holder, &t.to.name);
+                set_state(ctx, &self.compiled, reads, holder, &t.to.name);
             }
         }
         for (mv, target) in t.moves.iter().zip(&self.compiled.program(transition).moves) {
@@ -693,7 +693,7 @@ impl<H: Handler> MachineService<H> {
             };
             if let Ok(Value::Session(s)) = target {
                 if let Some(holder) = self.holder(ctx, s, reads) {
-                    set_state(ctx, reads, holder, &mv.to.name);
+                    set_state(ctx, &self.compiled, reads, holder, &mv.to.name);
                 }
             }
         }
@@ -763,15 +763,50 @@ fn with_session<R>(ctx: &mut Context<'_>, reads: &Reads, id: SessionId, f: impl 
     }
 }
 
-fn set_state(ctx: &mut Context<'_>, reads: &Reads, holder: SessionId, state: &str) {
-    with_session(ctx, reads, holder, |s| set_state_on(s, state));
+fn set_state(ctx: &mut Context<'_>, compiled: &Compiled, reads: &Reads, holder: SessionId, state: &str) {
+    with_session(ctx, reads, holder, |s| set_state_on(compiled, s, state));
 }
 
-fn set_state_on(s: &mut SipSession, state: &str) {
+fn set_state_on(compiled: &Compiled, s: &mut SipSession, state: &str) {
     // A session removed meanwhile keeps no state (as if looked up and not found).
-    if !s.is_removed() {
-        s.attributes.set_str(STATE, state);
+    if s.is_removed() {
+        return;
     }
+    // The role, as a memo still valid gives it (the arm changed none of the session's
+    // attributes), else by its name.
+    let memo_role = s.attributes.memo().map(|m| (m & 0xFFFF) as usize);
+    s.attributes.set_str(STATE, state);
+    // The next message's prediction then reads the role and state as indices (`direct_peek`),
+    // until an attribute of the session changes.
+    let role =
+        memo_role.or_else(|| s.attributes.get_str(ROLE).and_then(|r| compiled.role_index(r)).filter(|r| compiled.role_at(*r).holds_state));
+    if let Some(memo) = role.and_then(|r| state_memo(compiled, r, state)) {
+        s.attributes.set_memo(memo);
+    }
+}
+
+/// A state-holding session's role and state as one word (`Attributes::memo`): the role's index
+/// in the low 16 bits; above it, the state's place among the states transitions leave (plus
+/// one), or `NO_CANDIDATES` for a state none leaves. Never 0.
+fn state_memo(compiled: &Compiled, role: usize, state: &str) -> Option<u32> {
+    let role = u32::try_from(role).ok().filter(|r| *r <= 0xFFFF)?;
+    let code = match compiled.state_index(state) {
+        Some(i) => u32::try_from(i + 1).ok().filter(|c| *c < NO_CANDIDATES)?,
+        None => NO_CANDIDATES,
+    };
+    Some(code << 16 | role)
+}
+
+const NO_CANDIDATES: u32 = 0xFFFF;
+
+/// The role index and the candidates of the state a memo from `state_memo` names.
+fn memo_candidates(compiled: &Compiled, memo: u32) -> (usize, &[usize]) {
+    let role = (memo & 0xFFFF) as usize;
+    let candidates = match memo >> 16 {
+        NO_CANDIDATES => &[][..],
+        code => compiled.candidates_at(code as usize - 1),
+    };
+    (role, candidates)
 }
 
 /// Candidate transitions of the current state, their guards, and the handles of the one
@@ -939,6 +974,12 @@ enum Peeked<'c> {
 /// One locked look at a session: whether its role is set (a text), the role's index, and
 /// where its state is. An undeclared role (or none) answers `Via(None)`.
 fn direct_peek<'c>(compiled: &'c Compiled, s: &SipSession) -> (bool, Option<usize>, Peeked<'c>) {
+    // Set with the state at the last commit, and valid while no attribute changed since: the
+    // role and state the names below would give.
+    if let Some(memo) = s.attributes.memo() {
+        let (role, candidates) = memo_candidates(compiled, memo);
+        return (true, Some(role), Peeked::State(Some(candidates)));
+    }
     let Some((role, at)) = state_at(compiled, s) else { return (false, None, Peeked::Via(None)) };
     let next = match at {
         StateAt::Own(None) => Peeked::State(Some(compiled.candidates(&compiled.initial))),
