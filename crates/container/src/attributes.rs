@@ -29,7 +29,8 @@ pub struct Attributes {
 impl Attributes {
     /// The word last given to [`Attributes::set_memo`], if no attribute changed since: what a
     /// reader derived from them (the contract engine keeps a session's role and state there as
-    /// indices) without looking the names up again. Never 0.
+    /// indices) without looking the names up again. Never 0. One word per session: it belongs
+    /// to the service that owns the session (its encoding is that service's).
     pub fn memo(&self) -> Option<u32> {
         (self.memo != 0 && self.memo_generation == self.generation).then_some(self.memo)
     }
