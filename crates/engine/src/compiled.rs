@@ -156,6 +156,10 @@ pub(crate) struct Program {
     pub to_final: bool,
     /// Whether any of its `moves` goes to a final state.
     pub moves_final: bool,
+    /// The target state's place for [`Compiled::candidates_at`] (None: no transition leaves
+    /// it), and the same for each move's target: found once here, not at every commit.
+    pub to_state: Option<usize>,
+    pub move_states: Vec<Option<usize>>,
     /// Whether nothing of it reads an application session's attribute (`msg.apps.NAME`):
     /// the engine then predicts it reading each session for the one value asked, without
     /// copying the sessions' slots (see `MachineService::predict_direct`).
@@ -573,6 +577,8 @@ impl Compiled {
                     moves,
                     to_final: finals.contains(&t.to.name),
                     moves_final: t.moves.iter().any(|m| finals.contains(&m.to.name)),
+                    to_state: by_state.position(&t.to.name),
+                    move_states: t.moves.iter().map(|m| by_state.position(&m.to.name)).collect(),
                     direct,
                     method_bits: None,
                     simple_guard,
@@ -631,13 +637,8 @@ impl Compiled {
         self.by_state.get(state).map_or(&[], Vec::as_slice)
     }
 
-    /// The place of `state` among the states some transition leaves (for
-    /// [`Self::candidates_at`]); None for any other state.
-    pub(crate) fn state_index(&self, state: &str) -> Option<usize> {
-        self.by_state.position(state)
-    }
-
-    /// The candidates of the state at `index` (from [`Self::state_index`]).
+    /// The candidates of the state at `index` (a place among the states some transition
+    /// leaves: [`Program::to_state`], [`Program::move_states`]).
     pub(crate) fn candidates_at(&self, index: usize) -> &[usize] {
         self.by_state.0.get(index).map_or(&[], |(_, c)| c.as_slice())
     }

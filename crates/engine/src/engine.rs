@@ -672,6 +672,7 @@ impl<H: Handler> MachineService<H> {
     fn commit_state(&self, ctx: &mut Context<'_>, neg: &Negotiation<'_>, chosen: &Chosen, created: Option<SessionId>, reads: &Reads) {
         let Chosen { transition, ref vars, holder: evaluated, .. } = *chosen;
         let t = self.compiled.transition(transition);
+        let program = self.compiled.program(transition);
         let stays = t.stays;
         let sips = neg.event.session.or(created);
         // A session that holds its execution's state still does (roles never change): no
@@ -682,10 +683,10 @@ impl<H: Handler> MachineService<H> {
         };
         if let Some(holder) = holder {
             if !stays {
-                set_state(ctx, &self.compiled, reads, holder, &t.to.name);
+                set_state(ctx, &self.compiled, reads, holder, &t.to.name, program.to_state);
             }
         }
-        for (mv, target) in t.moves.iter().zip(&self.compiled.program(transition).moves) {
+        for ((mv, target), index) in t.moves.iter().zip(&program.moves).zip(&program.move_states) {
             let target = {
                 let mut reads = Reads::default();
                 let mut env = self.env(ctx, neg, false, &mut reads);
@@ -693,7 +694,7 @@ impl<H: Handler> MachineService<H> {
             };
             if let Ok(Value::Session(s)) = target {
                 if let Some(holder) = self.holder(ctx, s, reads) {
-                    set_state(ctx, &self.compiled, reads, holder, &mv.to.name);
+                    set_state(ctx, &self.compiled, reads, holder, &mv.to.name, *index);
                 }
             }
         }
@@ -763,24 +764,25 @@ fn with_session<R>(ctx: &mut Context<'_>, reads: &Reads, id: SessionId, f: impl 
     }
 }
 
-fn set_state(ctx: &mut Context<'_>, compiled: &Compiled, reads: &Reads, holder: SessionId, state: &str) {
-    with_session(ctx, reads, holder, |s| set_state_on(compiled, s, state));
+fn set_state(ctx: &mut Context<'_>, compiled: &Compiled, reads: &Reads, holder: SessionId, state: &str, index: Option<usize>) {
+    with_session(ctx, reads, holder, |s| set_state_on(compiled, s, state, index));
 }
 
-fn set_state_on(compiled: &Compiled, s: &mut SipSession, state: &str) {
+/// Writes `state` (at `index`, see `Program::to_state`) on a state holder.
+fn set_state_on(compiled: &Compiled, s: &mut SipSession, state: &str, index: Option<usize>) {
     // A session removed meanwhile keeps no state (as if looked up and not found).
     if s.is_removed() {
         return;
     }
     // The role, as a memo still valid gives it (the arm changed none of the session's
     // attributes), else by its name.
-    let memo_role = s.attributes.memo().map(|m| (m & 0xFFFF) as usize);
+    let memo_role = s.attributes.memo().map(memo_role);
     s.attributes.set_str(STATE, state);
     // The next message's prediction then reads the role and state as indices (`direct_peek`),
     // until an attribute of the session changes.
     let role =
         memo_role.or_else(|| s.attributes.get_str(ROLE).and_then(|r| compiled.role_index(r)).filter(|r| compiled.role_at(*r).holds_state));
-    if let Some(memo) = role.and_then(|r| state_memo(compiled, r, state)) {
+    if let Some(memo) = role.and_then(|r| state_memo(r, index)) {
         s.attributes.set_memo(memo);
     }
 }
@@ -788,9 +790,9 @@ fn set_state_on(compiled: &Compiled, s: &mut SipSession, state: &str) {
 /// A state-holding session's role and state as one word (`Attributes::memo`): the role's index
 /// in the low 16 bits; above it, the state's place among the states transitions leave (plus
 /// one), or `NO_CANDIDATES` for a state none leaves. Never 0.
-fn state_memo(compiled: &Compiled, role: usize, state: &str) -> Option<u32> {
+fn state_memo(role: usize, index: Option<usize>) -> Option<u32> {
     let role = u32::try_from(role).ok().filter(|r| *r <= 0xFFFF)?;
-    let code = match compiled.state_index(state) {
+    let code = match index {
         Some(i) => u32::try_from(i + 1).ok().filter(|c| *c < NO_CANDIDATES)?,
         None => NO_CANDIDATES,
     };
@@ -799,9 +801,14 @@ fn state_memo(compiled: &Compiled, role: usize, state: &str) -> Option<u32> {
 
 const NO_CANDIDATES: u32 = 0xFFFF;
 
+/// The role index a memo from `state_memo` holds.
+fn memo_role(memo: u32) -> usize {
+    (memo & 0xFFFF) as usize
+}
+
 /// The role index and the candidates of the state a memo from `state_memo` names.
 fn memo_candidates(compiled: &Compiled, memo: u32) -> (usize, &[usize]) {
-    let role = (memo & 0xFFFF) as usize;
+    let role = memo_role(memo);
     let candidates = match memo >> 16 {
         NO_CANDIDATES => &[][..],
         code => compiled.candidates_at(code as usize - 1),
