@@ -137,6 +137,9 @@ def run_profiles(env, media, dating):
     mismatches = common.metric_sum(samples, "tandem_direct_mismatches_total", service="dating")
     env.log("dating: direct predictions %s, mismatches with the general evaluator %s" % (direct, mismatches))
     check(direct and direct > 0, "dating: no direct prediction made (tandem_direct_predictions_total %s)" % direct)
+    fast = common.metric_sum(samples, "tandem_fast_selections_total", service="dating")
+    env.log("dating: transitions selected by the fast path %s" % fast)
+    check(fast and fast > 0, "dating: no transition took the fast path (tandem_fast_selections_total %s)" % fast)
     check(mismatches == 0, "dating: %s direct predictions differ from the general evaluator's outcome "
           "(tandem_direct_mismatches_total; the tandem's log names them)" % mismatches)
     ambiguous = common.metric_sum(samples, "tandem_ambiguous_messages_total", service="dating")

@@ -36,6 +36,12 @@ pub struct Compiled {
     direct_methods: Vec<(SmolStr, bool)>,
     /// The same for any other method: whether every transition that names no method is direct.
     direct_otherwise: bool,
+    /// Every slot a [`SimpleNav::SipsAttr`] of some transition reads, once each: the engine's
+    /// fast path reads them all in its one look at the message's session, before it knows
+    /// which transition is enabled.
+    pub(crate) sips_nav_slots: Vec<usize>,
+    /// The candidates of the initial state (for a request that starts an execution).
+    initial_candidates: Vec<usize>,
 }
 
 /// A contract's few names (states, roles, attributes) and what they map to. Looked up several
@@ -597,7 +603,20 @@ impl Compiled {
         let slot_keys: Vec<(usize, u64)> = slots.0.iter().map(|n| short_key(n)).collect();
         let slot_table = SlotTable::new(&slot_keys);
         let role_texts = machine.roles.iter().map(|r| SmolStr::new(&r.name.name)).collect();
+        let mut sips_nav_slots: Vec<usize> = programs
+            .iter()
+            .flat_map(|p| p.simple_navs.iter().flatten())
+            .filter_map(|n| match n {
+                SimpleNav::SipsAttr(slot) => Some(*slot),
+                SimpleNav::Sips => None,
+            })
+            .collect();
+        sips_nav_slots.sort_unstable();
+        sips_nav_slots.dedup();
+        let initial_candidates = by_state.get(&initial).cloned().unwrap_or_default();
         Ok(Compiled {
+            sips_nav_slots,
+            initial_candidates,
             initial_text: SmolStr::new(&initial),
             initial,
             finals,
@@ -631,6 +650,11 @@ impl Compiled {
     /// [`Self::method_index`]; None: a method no guard names) is `direct`.
     pub(crate) fn direct_at(&self, method: Option<usize>) -> bool {
         method.map_or(self.direct_otherwise, |i| self.direct_methods[i].1)
+    }
+
+    /// The candidates of the initial state.
+    pub(crate) fn initial_candidates(&self) -> &[usize] {
+        &self.initial_candidates
     }
 
     pub fn candidates(&self, state: &str) -> &[usize] {

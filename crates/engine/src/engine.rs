@@ -13,7 +13,7 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
-use tandem_container::{AppSessionId, Context, Request, ResponseEvent, Service, SessionId, SipSession, TimerId, UaProfile};
+use tandem_container::{AppSessionId, Context, Request, ResponseEvent, Service, SessionCell, SessionId, SipSession, TimerId, UaProfile};
 use tandem_contract::ast::NavRoot;
 
 /// How a service's transitions acquire their sessions.
@@ -93,6 +93,19 @@ impl Negotiation<'_> {
             owns_queue: self.owns_queue,
         }
     }
+}
+
+/// What the fast path (`MachineService::fast_select`) selected, before taking any lock.
+struct Fast {
+    transition: usize,
+    /// The sessions it read (the message's, then its state holder if that is another), each
+    /// with its cell and the attributes' generation it saw.
+    read: smallvec::SmallVec<[(SessionId, SessionCell, u64); 2]>,
+    holder: Option<SessionId>,
+    /// The sessions to lock: the message's, the handles' and moves', the state holder.
+    keys: SortedSet<Key>,
+    /// The message's session's application session.
+    app: Option<AppSessionId>,
 }
 
 /// An evaluation made without locks: its outcome, what it read, and the sessions it asked for.
@@ -214,7 +227,13 @@ impl<H: Handler> MachineService<H> {
 
     /// Predictions made by the direct path.
     pub fn direct_predictions(&self) -> u64 {
-        self.stats.direct.load(Relaxed)
+        self.stats.direct.load(Relaxed) + self.stats.fast.load(Relaxed)
+    }
+
+    /// Transitions selected by the fast path (`fast_select`), a part of
+    /// [`Self::direct_predictions`].
+    pub fn fast_selections(&self) -> u64 {
+        self.stats.fast.load(Relaxed)
     }
 
     /// Direct predictions whose outcome the general evaluator did not reach (with
@@ -274,9 +293,6 @@ impl<H: Handler> MachineService<H> {
     }
 
     fn begin(&self, ctx: &mut Context<'_>, event: Event<'_>, owns_queue: bool) {
-        // A request is answered with its application session; other events find it through
-        // their session when they need it (`Transition::app`, `msg.apps`).
-        let wants_app = event.app.is_none() && matches!(event.trigger, Trigger::Request { .. });
         // On the stack: boxed only if it has to wait for a lock.
         let mut neg = Negotiation {
             ticket: self.next_ticket.fetch_add(1, Relaxed),
@@ -289,6 +305,169 @@ impl<H: Handler> MachineService<H> {
             prediction: None,
             owns_queue,
         };
+        if self.negotiator == Negotiator::SingleAssign {
+            if let Some(fast) = self.fast_select(ctx, &neg.event) {
+                if self.run_fast(ctx, &mut neg, fast) {
+                    return;
+                }
+            }
+        }
+        self.begin_general(ctx, neg);
+    }
+
+    /// The single-assignment negotiator's fast path, for a message whose possible transitions
+    /// all have a [`crate::compiled::Simple`] guard and `msg.sips` handles (18 of the dating
+    /// contract's 20): one locked look at the message's session (and, for a role whose state
+    /// is kept `via` another session, one at that session) finds the role and state as
+    /// indices (the memo the commit leaves, `Attributes::memo`), decides the guards, and reads
+    /// the handles' sessions; no general prediction, outcome or record is built. It selects
+    /// what `predict_direct` would (the same transition, sessions, state holder and record:
+    /// checked under the locks with `engine.verify_direct`). None: not such a message, or
+    /// not such a state (a memo not set or stale, no transition or more than one enabled) —
+    /// the general path decides it.
+    fn fast_select(&self, ctx: &mut Context<'_>, event: &Event<'_>) -> Option<Fast> {
+        let compiled = &self.compiled;
+        let method = event.method();
+        let method_index = compiled.method_index(method);
+        let mut read: smallvec::SmallVec<[(SessionId, SessionCell, u64); 2]> = smallvec::SmallVec::new();
+        let mut targets: smallvec::SmallVec<[(usize, SessionId); 4]> = smallvec::SmallVec::new();
+        let mut app = None;
+        // The candidates, `msg.sips.role`, the state holder.
+        let (candidates, sips_role, holder) = match event.session {
+            None if matches!(event.trigger, Trigger::Request { .. }) => (compiled.initial_candidates(), None, None),
+            None => return None,
+            Some(id) => {
+                let cell = ctx.session(id)?;
+                let s = cell.lock();
+                if s.is_removed() {
+                    return None;
+                }
+                let found = match s.attributes.memo() {
+                    Some(memo) => {
+                        let (role, candidates) = memo_candidates(compiled, memo);
+                        (candidates, role, None)
+                    }
+                    None => {
+                        // A role that keeps its state on another session (`state via`).
+                        let role = compiled.role_index(s.attributes.get_str(ROLE)?)?;
+                        let info = compiled.role_at(role);
+                        if info.holds_state {
+                            return None;
+                        }
+                        let via = s.attributes.get_session(&compiled.slots[info.state_via_slot?])?;
+                        (&[][..], role, Some(via))
+                    }
+                };
+                for &slot in &compiled.sips_nav_slots {
+                    if let Some(target) = s.attributes.get_session(&compiled.slots[slot]) {
+                        targets.push((slot, target));
+                    }
+                }
+                app = Some(s.app);
+                let generation = s.attributes.generation();
+                drop(s);
+                read.push((id, cell, generation));
+                let (candidates, role, via) = found;
+                match via {
+                    None => (candidates, Some(Some(role)), Some(id)),
+                    Some(h) if h == id => return None,
+                    Some(h) => {
+                        let cell = ctx.session(h)?;
+                        let s = cell.lock();
+                        // Only a state holder's commit sets a memo.
+                        let memo = s.attributes.memo().filter(|_| !s.is_removed())?;
+                        let generation = s.attributes.generation();
+                        drop(s);
+                        read.push((h, cell, generation));
+                        (memo_candidates(compiled, memo).1, Some(Some(role)), Some(h))
+                    }
+                }
+            }
+        };
+        let text = |of: MsgText| match of {
+            MsgText::Method => method,
+            MsgText::Cseq => event.cseq_method(),
+            MsgText::Timer => event.timer(),
+        };
+        let mut chosen = None;
+        for &index in candidates {
+            let program = compiled.program(index);
+            if !program.takes(method_index, method) {
+                continue;
+            }
+            let (Some(guard), Some(_)) = (&program.simple_guard, &program.simple_navs) else { return None };
+            if guard.holds(sips_role, &text) && chosen.replace(index).is_some() {
+                return None;
+            }
+        }
+        let transition = chosen?;
+        let mut keys = SortedSet::new();
+        if let Some(id) = event.session {
+            keys.insert(key(id));
+            for nav in compiled.program(transition).simple_navs.iter().flatten() {
+                if let SimpleNav::SipsAttr(slot) = nav {
+                    if let Some((_, target)) = targets.iter().find(|(s, _)| s == slot) {
+                        keys.insert(key(*target));
+                    }
+                }
+            }
+        }
+        if let Some(h) = holder {
+            keys.insert(key(h));
+        }
+        Some(Fast { transition, read, holder, keys, app })
+    }
+
+    /// Takes the fast path's locks, checks that nothing it read changed meanwhile, and runs
+    /// the transition. False when a lock is busy or a session changed: the locks it took are
+    /// released and the general path decides (and waits, in order).
+    fn run_fast(&self, ctx: &mut Context<'_>, neg: &mut Negotiation<'_>, fast: Fast) -> bool {
+        let mut taken = 0;
+        for &k in fast.keys.iter() {
+            if !self.locks.try_take(k, neg.ticket) {
+                break;
+            }
+            taken += 1;
+        }
+        let fresh = taken == fast.keys.len()
+            && fast.read.iter().all(|(_, cell, generation)| {
+                let s = cell.lock();
+                !s.is_removed() && s.attributes.generation() == *generation
+            });
+        if !fresh {
+            for &k in fast.keys.iter().take(taken) {
+                self.release_key(ctx, k, neg.ticket);
+            }
+            return false;
+        }
+        if neg.event.app.is_none() && matches!(neg.event.trigger, Trigger::Request { .. }) {
+            neg.event.app = fast.app;
+        }
+        let mut reads = Reads::default();
+        for (id, cell, generation) in fast.read {
+            reads.record(id, cell, generation);
+        }
+        // What the handles traverse and the state holder are what it holds.
+        neg.held = fast.keys;
+        self.stats.fast.fetch_add(1, Relaxed);
+        if self.verify_direct.load(Relaxed) {
+            let chosen = Chosen { transition: fast.transition, vars: Vars::default(), needed: neg.held.clone(), holder: fast.holder };
+            let p = Prediction { outcome: Outcome::Run(chosen), reads, keys: neg.held.clone(), direct: true };
+            self.verify(ctx, neg, &p);
+            if let Prediction { outcome: Outcome::Run(chosen), reads, .. } = p {
+                self.run(ctx, neg, chosen, &reads);
+            }
+            return true;
+        }
+        let vars = Vars::default();
+        self.run_with(ctx, neg, fast.transition, &vars, fast.holder, &neg.held, &reads);
+        true
+    }
+
+    fn begin_general(&self, ctx: &mut Context<'_>, mut neg: Negotiation<'_>) {
+        // A request is answered with its application session; other events find it through
+        // their session when they need it (`Transition::app`, `msg.apps`).
+        let wants_app = neg.event.app.is_none() && matches!(neg.event.trigger, Trigger::Request { .. });
         // Filled in place, on this stack: a prediction is large (about 1 KiB), and is moved
         // only if it must wait (`drive_with` then boxes it); else it is dropped here.
         let mut predicted = Prediction::empty();
@@ -638,20 +817,35 @@ impl<H: Handler> MachineService<H> {
     /// Runs the arm with access to the dynamic contract's sessions (`needed`: what the handles
     /// traverse, and the state holders) — not to sessions only the guard looked at.
     fn run(&self, ctx: &mut Context<'_>, neg: &Negotiation<'_>, chosen: Chosen, reads: &Reads) {
-        let transition = chosen.transition;
+        self.run_with(ctx, neg, chosen.transition, &chosen.vars, chosen.holder, &chosen.needed, reads);
+    }
+
+    /// [`Self::run`] with the chosen transition in parts: `allowed` is what the arm may touch
+    /// (the fast path passes what it holds, which is the same set).
+    #[allow(clippy::too_many_arguments)]
+    fn run_with(
+        &self,
+        ctx: &mut Context<'_>,
+        neg: &Negotiation<'_>,
+        transition: usize,
+        vars: &Vars,
+        holder: Option<SessionId>,
+        allowed: &SortedSet<Key>,
+        reads: &Reads,
+    ) {
         let negotiated = ctx.now().saturating_duration_since(neg.started);
         let t = self.compiled.transition(transition);
         let started = Instant::now();
-        let mut tr = Transition::new(ctx, &self.compiled, &neg.event, &chosen.needed, reads);
+        let mut tr = Transition::new(ctx, &self.compiled, &neg.event, allowed, reads);
         let result = self.handler.do_transition(&t.name.name, &mut tr);
         let done = tr.finish();
         let handler_time = started.elapsed();
         let stats = &self.stats.transitions[transition];
         match result {
             Ok(()) => {
-                self.commit_state(ctx, neg, &chosen, done.created_sips, reads);
+                self.commit_state(ctx, neg, transition, vars, holder, done.created_sips, reads);
                 apply(ctx, &neg.event, done.actions, reads);
-                self.finish_executions(ctx, neg, transition, &chosen.vars, done.created_sips, reads);
+                self.finish_executions(ctx, neg, transition, vars, done.created_sips, reads);
                 stats.count.fetch_add(1, Relaxed);
             }
             Err(e) => {
@@ -669,8 +863,17 @@ impl<H: Handler> MachineService<H> {
     }
 
     /// Sets the state of this execution and of those the transition `moves`.
-    fn commit_state(&self, ctx: &mut Context<'_>, neg: &Negotiation<'_>, chosen: &Chosen, created: Option<SessionId>, reads: &Reads) {
-        let Chosen { transition, ref vars, holder: evaluated, .. } = *chosen;
+    #[allow(clippy::too_many_arguments)]
+    fn commit_state(
+        &self,
+        ctx: &mut Context<'_>,
+        neg: &Negotiation<'_>,
+        transition: usize,
+        vars: &Vars,
+        evaluated: Option<SessionId>,
+        created: Option<SessionId>,
+        reads: &Reads,
+    ) {
         let t = self.compiled.transition(transition);
         let program = self.compiled.program(transition);
         let stays = t.stays;

@@ -127,6 +127,12 @@ impl Reads {
         r.map(|r| (self.entries.len() - 1, r))
     }
 
+    /// Records session `id` as the engine's fast path read it (`MachineService::fast_select`):
+    /// its cell, the generation it saw, wanted; no slot copied.
+    pub fn record(&mut self, id: SessionId, cell: SessionCell, generation: u64) {
+        self.entries.push(Entry { id, cell: Some(cell), generation, role: None, base: self.values.len(), wanted: true });
+    }
+
     /// Whether session `id` exists, as [`Self::exists`] answers it for the direct path: the
     /// session is recorded (with its generation) but no slot is copied.
     pub fn present(&mut self, ctx: &mut Context<'_>, id: SessionId) -> bool {

@@ -46,6 +46,10 @@ impl<T: Ord + Copy> SortedSet<T> {
         }
     }
 
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
     pub fn contains(&self, value: &T) -> bool {
         self.0.iter().any(|v| v == value)
     }
@@ -83,11 +87,6 @@ impl<T: Ord + Copy> SortedSet<T> {
 
     pub fn last(&self) -> Option<&T> {
         self.0.last()
-    }
-
-    #[cfg(test)]
-    pub fn len(&self) -> usize {
-        self.0.len()
     }
 
     pub fn iter(&self) -> std::slice::Iter<'_, T> {

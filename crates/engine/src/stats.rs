@@ -31,6 +31,9 @@ pub struct ServiceStats {
     pub direct: AtomicU64,
     /// Direct predictions the general evaluator disagreed with (only checked on request).
     pub direct_mismatches: AtomicU64,
+    /// Transitions the fast path selected (`MachineService::fast_select`): direct predictions
+    /// too, counted apart.
+    pub fast: AtomicU64,
 }
 
 impl ServiceStats {
@@ -68,7 +71,16 @@ impl ServiceStats {
                 "Unlocked predictions evaluated again under the locks (what they read had changed)",
                 &self.reevaluations,
             ),
-            ("tandem_direct_predictions_total", "Predictions made without the general evaluator (direct transitions)", &self.direct),
+            (
+                "tandem_direct_predictions_total",
+                "Predictions made without the general evaluator (direct transitions, the fast path's included)",
+                &AtomicU64::new(self.direct.load(Relaxed) + self.fast.load(Relaxed)),
+            ),
+            (
+                "tandem_fast_selections_total",
+                "Transitions selected by the fast path (role and state as indices, simple guards)",
+                &self.fast,
+            ),
             (
                 "tandem_direct_mismatches_total",
                 "Direct predictions the general evaluator disagreed with (checked only when asked)",

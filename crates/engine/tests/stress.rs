@@ -246,6 +246,9 @@ fn run_with(
             "not every message was predicted directly: {} of {messages}",
             service.direct_predictions()
         );
+        // The INVITEs (and the MESSAGEs of a paired execution) take the fast path, verified
+        // like the direct path.
+        assert!(service.fast_selections() > 0, "no transition took the fast path");
     }
     eprintln!(
         "{negotiator:?}: {executors} executors, {executions} executions, {} messages in {elapsed:?}: pairs {}, back-offs {}, \
