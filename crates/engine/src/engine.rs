@@ -97,7 +97,8 @@ impl Negotiation<'_> {
 
 /// What the fast path (`MachineService::fast_select`) selected, before taking any lock.
 struct Fast {
-    transition: usize,
+    /// None: the message enables nothing (absorbed).
+    transition: Option<usize>,
     /// The sessions it read (the message's, then its state holder if that is another), each
     /// with its cell and the attributes' generation it saw.
     read: smallvec::SmallVec<[(SessionId, SessionCell, u64); 2]>,
@@ -230,8 +231,7 @@ impl<H: Handler> MachineService<H> {
         self.stats.direct.load(Relaxed) + self.stats.fast.load(Relaxed)
     }
 
-    /// Transitions selected by the fast path (`fast_select`), a part of
-    /// [`Self::direct_predictions`].
+    /// Messages the fast path (`fast_select`) decided, a part of [`Self::direct_predictions`].
     pub fn fast_selections(&self) -> u64 {
         self.stats.fast.load(Relaxed)
     }
@@ -322,9 +322,10 @@ impl<H: Handler> MachineService<H> {
     /// indices (the memo the commit leaves, `Attributes::memo`), decides the guards, and reads
     /// the handles' sessions; no general prediction, outcome or record is built. It selects
     /// what `predict_direct` would (the same transition, sessions, state holder and record:
-    /// checked under the locks with `engine.verify_direct`). None: not such a message, or
-    /// not such a state (a memo not set or stale, no transition or more than one enabled) —
-    /// the general path decides it.
+    /// checked under the locks with `engine.verify_direct`), or that the message enables
+    /// nothing (no transition, or its session is gone). None: not such a message, or not such
+    /// a state (a memo not set or stale, a candidate that is not simple, several transitions
+    /// enabled) — the general path decides it.
     fn fast_select(&self, ctx: &mut Context<'_>, event: &Event<'_>) -> Option<Fast> {
         let compiled = &self.compiled;
         let method = event.method();
@@ -337,7 +338,11 @@ impl<H: Handler> MachineService<H> {
             None if matches!(event.trigger, Trigger::Request { .. }) => (compiled.initial_candidates(), None, None),
             None => return None,
             Some(id) => {
-                let cell = ctx.session(id)?;
+                // A session gone from the store never comes back (IDs are not reused): the
+                // general path would absorb the message too, having read the same.
+                let Some(cell) = ctx.session(id) else {
+                    return Some(Fast { transition: None, read, holder: None, keys: SortedSet::new(), app: None });
+                };
                 let s = cell.lock();
                 if s.is_removed() {
                     return None;
@@ -400,11 +405,11 @@ impl<H: Handler> MachineService<H> {
                 return None;
             }
         }
-        let transition = chosen?;
+        let transition = chosen;
         let mut keys = SortedSet::new();
         if let Some(id) = event.session {
             keys.insert(key(id));
-            for nav in compiled.program(transition).simple_navs.iter().flatten() {
+            for nav in transition.and_then(|t| compiled.program(t).simple_navs.as_ref()).into_iter().flatten() {
                 if let SimpleNav::SipsAttr(slot) = nav {
                     if let Some((_, target)) = targets.iter().find(|(s, _)| s == slot) {
                         keys.insert(key(*target));
@@ -422,6 +427,18 @@ impl<H: Handler> MachineService<H> {
     /// the transition. False when a lock is busy or a session changed: the locks it took are
     /// released and the general path decides (and waits, in order).
     fn run_fast(&self, ctx: &mut Context<'_>, neg: &mut Negotiation<'_>, fast: Fast) -> bool {
+        let verify = self.verify_direct.load(Relaxed);
+        // A message that enables nothing is absorbed without locks: it changes nothing, and
+        // what it was decided on (the role and state of a memo still valid, i.e. as the last
+        // commit left them, no arm having written the session since) is a state the
+        // execution was in, so it is as if it had come just before whichever transition
+        // holds the sessions now. (Its session's earlier messages are all done: `start`.)
+        // Checked like a selection when verifying, under the locks.
+        if fast.transition.is_none() && (!verify || fast.read.is_empty()) {
+            self.stats.fast.fetch_add(1, Relaxed);
+            self.absorb(ctx, neg);
+            return true;
+        }
         let mut taken = 0;
         for &k in fast.keys.iter() {
             if !self.locks.try_take(k, neg.ticket) {
@@ -450,8 +467,16 @@ impl<H: Handler> MachineService<H> {
         // What the handles traverse and the state holder are what it holds.
         neg.held = fast.keys;
         self.stats.fast.fetch_add(1, Relaxed);
-        if self.verify_direct.load(Relaxed) {
-            let chosen = Chosen { transition: fast.transition, vars: Vars::default(), needed: neg.held.clone(), holder: fast.holder };
+        let Some(transition) = fast.transition else {
+            // Verifying an absorption (see above): the same outcome, keys and record as the
+            // general prediction, under the locks.
+            let p = Prediction { outcome: Outcome::Absorb, reads, keys: neg.held.clone(), direct: true };
+            self.verify(ctx, neg, &p);
+            self.absorb(ctx, neg);
+            return true;
+        };
+        if verify {
+            let chosen = Chosen { transition, vars: Vars::default(), needed: neg.held.clone(), holder: fast.holder };
             let p = Prediction { outcome: Outcome::Run(chosen), reads, keys: neg.held.clone(), direct: true };
             self.verify(ctx, neg, &p);
             if let Prediction { outcome: Outcome::Run(chosen), reads, .. } = p {
@@ -460,8 +485,16 @@ impl<H: Handler> MachineService<H> {
             return true;
         }
         let vars = Vars::default();
-        self.run_with(ctx, neg, fast.transition, &vars, fast.holder, &neg.held, &reads);
+        self.run_with(ctx, neg, transition, &vars, fast.holder, &neg.held, &reads);
         true
+    }
+
+    /// A message that enables no transition: answered if it is a request that needs it, and
+    /// let go of (with whatever its negotiation holds).
+    fn absorb(&self, ctx: &mut Context<'_>, neg: &Negotiation<'_>) {
+        self.stats.absorbed.fetch_add(1, Relaxed);
+        answer_absorbed(ctx, &neg.event);
+        self.release_all(ctx, neg);
     }
 
     fn begin_general(&self, ctx: &mut Context<'_>, mut neg: Negotiation<'_>) {
@@ -594,9 +627,7 @@ impl<H: Handler> MachineService<H> {
                     self.plan(ctx, neg, wanted);
                 }
                 Outcome::Absorb => {
-                    self.stats.absorbed.fetch_add(1, Relaxed);
-                    answer_absorbed(ctx, &neg.event);
-                    self.release_all(ctx, neg);
+                    self.absorb(ctx, neg);
                     return None;
                 }
                 Outcome::Ambiguous(names) => {

@@ -31,8 +31,8 @@ pub struct ServiceStats {
     pub direct: AtomicU64,
     /// Direct predictions the general evaluator disagreed with (only checked on request).
     pub direct_mismatches: AtomicU64,
-    /// Transitions the fast path selected (`MachineService::fast_select`): direct predictions
-    /// too, counted apart.
+    /// Messages the fast path decided (`MachineService::fast_select`: a transition selected,
+    /// or the message absorbed): direct predictions too, counted apart.
     pub fast: AtomicU64,
 }
 
@@ -78,7 +78,7 @@ impl ServiceStats {
             ),
             (
                 "tandem_fast_selections_total",
-                "Transitions selected by the fast path (role and state as indices, simple guards)",
+                "Messages the fast path decided (role and state as indices, simple guards): a transition selected, or absorbed",
                 &self.fast,
             ),
             (
