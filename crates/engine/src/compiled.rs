@@ -40,8 +40,9 @@ pub struct Compiled {
     /// fast path reads them all in its one look at the message's session, before it knows
     /// which transition is enabled.
     pub(crate) sips_nav_slots: Vec<usize>,
-    /// The candidates of the initial state (for a request that starts an execution).
-    initial_candidates: Vec<usize>,
+    /// The initial state's place for [`Compiled::candidates_at`] (None: no transition leaves
+    /// it), for a request that starts an execution.
+    initial_at: Option<usize>,
 }
 
 /// A contract's few names (states, roles, attributes) and what they map to. Looked up several
@@ -613,10 +614,10 @@ impl Compiled {
             .collect();
         sips_nav_slots.sort_unstable();
         sips_nav_slots.dedup();
-        let initial_candidates = by_state.get(&initial).cloned().unwrap_or_default();
+        let initial_at = by_state.position(&initial);
         Ok(Compiled {
             sips_nav_slots,
-            initial_candidates,
+            initial_at,
             initial_text: SmolStr::new(&initial),
             initial,
             finals,
@@ -654,7 +655,7 @@ impl Compiled {
 
     /// The candidates of the initial state.
     pub(crate) fn initial_candidates(&self) -> &[usize] {
-        &self.initial_candidates
+        self.initial_at.map_or(&[], |at| self.candidates_at(at))
     }
 
     pub fn candidates(&self, state: &str) -> &[usize] {

@@ -446,11 +446,8 @@ impl<H: Handler> MachineService<H> {
             }
             taken += 1;
         }
-        let fresh = taken == fast.keys.len()
-            && fast.read.iter().all(|(_, cell, generation)| {
-                let s = cell.lock();
-                !s.is_removed() && s.attributes.generation() == *generation
-            });
+        let fresh =
+            taken == fast.keys.len() && fast.read.iter().all(|(_, cell, generation)| crate::reads::unchanged_since(cell, *generation));
         if !fresh {
             for &k in fast.keys.iter().take(taken) {
                 self.release_key(ctx, k, neg.ticket);
@@ -734,7 +731,7 @@ impl<H: Handler> MachineService<H> {
         // The message's session: the state `select` would find, the role `msg.sips.role`
         // gives, and the holder `state_holder` names.
         let (candidates, sips_role, holder) = match event.session {
-            None if matches!(event.trigger, Trigger::Request { .. }) => (compiled.candidates(&compiled.initial), None, None),
+            None if matches!(event.trigger, Trigger::Request { .. }) => (compiled.initial_candidates(), None, None),
             None => return self.direct_outcome(p, Outcome::Absorb),
             Some(id) => match direct_state(ctx, compiled, reads, id) {
                 Some(found) => found,
@@ -1223,7 +1220,7 @@ fn direct_peek<'c>(compiled: &'c Compiled, s: &SipSession) -> (bool, Option<usiz
     }
     let Some((role, at)) = state_at(compiled, s) else { return (false, None, Peeked::Via(None)) };
     let next = match at {
-        StateAt::Own(None) => Peeked::State(Some(compiled.candidates(&compiled.initial))),
+        StateAt::Own(None) => Peeked::State(Some(compiled.initial_candidates())),
         StateAt::Own(Some(v)) => Peeked::State(attr_text(v).map(|t| compiled.candidates(&t))),
         StateAt::Via(v) => Peeked::Via(match v {
             Some(tandem_container::AttrValue::Session(id)) => Some(*id),

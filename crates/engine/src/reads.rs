@@ -192,10 +192,14 @@ impl Reads {
         }
         self.entries.iter().all(|e| match &e.cell {
             None => ctx.session(e.id).is_none(),
-            Some(cell) => {
-                let s = cell.lock();
-                !s.is_removed() && s.attributes.generation() == e.generation
-            }
+            Some(cell) => unchanged_since(cell, e.generation),
         })
     }
+}
+
+/// Whether a session read at attributes' `generation` still exists with nothing changed since
+/// (one lock on its cell).
+pub(crate) fn unchanged_since(cell: &SessionCell, generation: u64) -> bool {
+    let s = cell.lock();
+    !s.is_removed() && s.attributes.generation() == generation
 }

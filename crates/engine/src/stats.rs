@@ -63,31 +63,35 @@ impl ServiceStats {
             }
         }
         for (name, help, v) in [
-            ("tandem_absorbed_messages_total", "Messages that enabled no transition", &self.absorbed),
-            ("tandem_ambiguous_messages_total", "Messages that enabled several transitions (contract defect)", &self.ambiguous),
-            ("tandem_negotiation_waits_total", "Negotiations that waited for a session", &self.waits),
+            ("tandem_absorbed_messages_total", "Messages that enabled no transition", self.absorbed.load(Relaxed)),
+            (
+                "tandem_ambiguous_messages_total",
+                "Messages that enabled several transitions (contract defect)",
+                self.ambiguous.load(Relaxed),
+            ),
+            ("tandem_negotiation_waits_total", "Negotiations that waited for a session", self.waits.load(Relaxed)),
             (
                 "tandem_prediction_reevaluations_total",
                 "Unlocked predictions evaluated again under the locks (what they read had changed)",
-                &self.reevaluations,
+                self.reevaluations.load(Relaxed),
             ),
             (
                 "tandem_direct_predictions_total",
                 "Predictions made without the general evaluator (direct transitions, the fast path's included)",
-                &AtomicU64::new(self.direct.load(Relaxed) + self.fast.load(Relaxed)),
+                self.direct.load(Relaxed) + self.fast.load(Relaxed),
             ),
             (
                 "tandem_fast_selections_total",
                 "Messages the fast path decided (role and state as indices, simple guards): a transition selected, or absorbed",
-                &self.fast,
+                self.fast.load(Relaxed),
             ),
             (
                 "tandem_direct_mismatches_total",
                 "Direct predictions the general evaluator disagreed with (checked only when asked)",
-                &self.direct_mismatches,
+                self.direct_mismatches.load(Relaxed),
             ),
         ] {
-            let _ = writeln!(out, "# HELP {name} {help}.\n# TYPE {name} counter\n{name}{{service=\"{service}\"}} {}", v.load(Relaxed));
+            let _ = writeln!(out, "# HELP {name} {help}.\n# TYPE {name} counter\n{name}{{service=\"{service}\"}} {v}");
         }
         out
     }
