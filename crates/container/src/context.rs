@@ -31,6 +31,11 @@ impl<'a> Context<'a> {
         self.now
     }
 
+    /// The service this context serves.
+    pub fn service(&self) -> ServiceId {
+        self.service
+    }
+
     pub fn executor(&self) -> u16 {
         self.st.executor
     }

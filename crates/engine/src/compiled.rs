@@ -40,6 +40,9 @@ pub struct Compiled {
     /// fast path reads them all in its one look at the message's session, before it knows
     /// which transition is enabled.
     pub(crate) sips_nav_slots: Vec<usize>,
+    /// Every slot a [`PayloadNav::VarAttr`] reads: the fast path reads them in its one look
+    /// at the payload's session.
+    pub(crate) payload_nav_slots: Vec<usize>,
     /// The initial state's place for [`Compiled::candidates_at`] (None: no transition leaves
     /// it), for a request that starts an execution.
     initial_at: Option<usize>,
@@ -179,6 +182,197 @@ pub(crate) struct Program {
     /// The handles, then the moves, as [`SimpleNav`]s, when each is `msg.sips` or one stored
     /// attribute of it.
     pub simple_navs: Option<Vec<SimpleNav>>,
+    /// The guard, handles and moves of a transition whose one `let` is `session(msg.payl)`
+    /// (the dating contract's T6 and T7), in the fast path's terms: see [`PayloadProgram`].
+    pub payload: Option<PayloadProgram>,
+}
+
+/// A transition `let v = session(msg.payl)` whose guard reads nothing but the message,
+/// `msg.sips.role`, whether `v` is null, whether it is `msg.sips` or the session one of its
+/// attributes names, and `v.state`; and whose handles and moves are `msg.sips`, `v`, or one
+/// attribute of either. The engine's fast path decides it from the memo of `v`'s session
+/// (`MachineService::fast_select`).
+#[derive(Debug, PartialEq)]
+pub(crate) struct PayloadProgram {
+    pub guard: PayloadTest,
+    pub navs: Vec<PayloadNav>,
+}
+
+/// A [`PayloadProgram`]'s guard: the same truth as `eval` gives.
+#[derive(Debug, PartialEq)]
+pub(crate) enum PayloadTest {
+    /// A part that reads only the message and `msg.sips.role`.
+    Msg(Simple),
+    /// `v == null` (`!=` when `negate`).
+    Null {
+        negate: bool,
+    },
+    /// `v == msg.sips` (`slot` None) or `v == msg.sips.NAME` (by slot).
+    Sips {
+        slot: Option<usize>,
+        negate: bool,
+    },
+    /// `v.state == NAME`: the named state's place ([`Compiled::candidates_at`]; None when no
+    /// transition leaves it, or it is no state).
+    State {
+        place: Option<usize>,
+        negate: bool,
+    },
+    Not(Box<PayloadTest>),
+    And(Box<PayloadTest>, Box<PayloadTest>),
+    Or(Box<PayloadTest>, Box<PayloadTest>),
+}
+
+/// What a [`PayloadTest`] compares `v` with: null, a session, or anything else (a new
+/// session, a stored value that is no session), which no session and not null equals.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Operand {
+    Null,
+    Session(tandem_container::SessionId),
+    Other,
+}
+
+/// What a [`PayloadTest`] reads of the message's session and of `v`.
+pub(crate) struct PayloadView<'a> {
+    /// `v`: None when null.
+    pub var: Option<tandem_container::SessionId>,
+    /// `v.state` as a place: None when unknown (no memo: the test cannot be decided here);
+    /// `Some(None)` for a state no transition leaves.
+    pub var_place: Option<Option<usize>>,
+    /// `msg.sips`.
+    pub sips: Operand,
+    /// `msg.sips.NAME` by slot, for the slots in [`Compiled::sips_nav_slots`] (absent: null).
+    pub sips_attrs: &'a [(usize, Operand)],
+}
+
+impl PayloadTest {
+    fn of(expr: &CExpr, places: &Names<Vec<usize>>) -> Option<PayloadTest> {
+        if let Some(simple) = Simple::of(expr) {
+            return Some(PayloadTest::Msg(simple));
+        }
+        let is_var = |e: &CExpr, step: Option<Step>| match e {
+            CExpr::Nav(CNav { root: Root::Var(Some(0)), path }) => path.as_slice() == step.as_slice(),
+            _ => false,
+        };
+        Some(match expr {
+            CExpr::Not(e) => PayloadTest::Not(Box::new(PayloadTest::of(e, places)?)),
+            CExpr::And(a, b) => PayloadTest::And(Box::new(PayloadTest::of(a, places)?), Box::new(PayloadTest::of(b, places)?)),
+            CExpr::Or(a, b) => PayloadTest::Or(Box::new(PayloadTest::of(a, places)?), Box::new(PayloadTest::of(b, places)?)),
+            CExpr::Cmp(a, op @ (CmpOp::Eq | CmpOp::Ne), b) => {
+                let negate = *op == CmpOp::Ne;
+                let (var, other) = if is_var(a, None) || is_var(a, Some(Step::State)) { (&**a, &**b) } else { (&**b, &**a) };
+                match other {
+                    CExpr::Const(Value::Null) if is_var(var, None) => PayloadTest::Null { negate },
+                    CExpr::Nav(CNav { root: Root::Msg(NavRoot::MsgSips), path }) if is_var(var, None) => match path.as_slice() {
+                        [] => PayloadTest::Sips { slot: None, negate },
+                        [Step::Attr(slot)] => PayloadTest::Sips { slot: Some(*slot), negate },
+                        _ => return None,
+                    },
+                    CExpr::Const(Value::Str(state)) if is_var(var, Some(Step::State)) => {
+                        PayloadTest::State { place: places.position(state), negate }
+                    }
+                    _ => return None,
+                }
+            }
+            _ => return None,
+        })
+    }
+
+    /// The guard's truth, None when it cannot be decided from `facts` (`v.state` read with its
+    /// place unknown, or equal to neither place). `state_read`: set when `v.state` was read
+    /// (the evaluator then wants `v`'s lock), in the evaluator's order (short-circuit).
+    pub(crate) fn holds<'t>(
+        &self,
+        sips_role: Option<Option<usize>>,
+        text: &impl Fn(MsgText) -> &'t str,
+        facts: &PayloadView<'_>,
+        state_read: &mut bool,
+    ) -> Option<bool> {
+        Some(match self {
+            PayloadTest::Msg(simple) => simple.holds(sips_role, text),
+            PayloadTest::Null { negate } => facts.var.is_none() != *negate,
+            PayloadTest::Sips { slot, negate } => {
+                let other = match slot {
+                    Some(slot) => facts.sips_attrs.iter().find(|(s, _)| s == slot).map_or(Operand::Null, |(_, o)| *o),
+                    None => facts.sips,
+                };
+                let equal = match (facts.var, other) {
+                    (None, Operand::Null) => true,
+                    (Some(v), Operand::Session(o)) => v == o,
+                    _ => false,
+                };
+                equal != *negate
+            }
+            PayloadTest::State { place, negate } => {
+                // A null `v` has a null state, which equals no name.
+                if facts.var.is_none() {
+                    return Some(*negate);
+                }
+                *state_read = true;
+                let equal = match (facts.var_place?, place) {
+                    (Some(at), Some(named)) => at == *named,
+                    // Two states no transition leaves: the places cannot tell them apart.
+                    (None, None) => return None,
+                    _ => false,
+                };
+                equal != *negate
+            }
+            PayloadTest::Not(e) => !e.holds(sips_role, text, facts, state_read)?,
+            PayloadTest::And(a, b) => a.holds(sips_role, text, facts, state_read)? && b.holds(sips_role, text, facts, state_read)?,
+            PayloadTest::Or(a, b) => a.holds(sips_role, text, facts, state_read)? || b.holds(sips_role, text, facts, state_read)?,
+        })
+    }
+}
+
+impl PayloadProgram {
+    /// The `msg.sips` attributes it reads: those its handles and moves traverse, and those
+    /// its guard compares `v` with.
+    fn sips_navs(&self) -> impl Iterator<Item = SimpleNav> + '_ {
+        let mut compared = Vec::new();
+        self.guard.sips_slots(&mut compared);
+        self.navs
+            .iter()
+            .filter_map(|n| match n {
+                PayloadNav::Sips(nav) => Some(*nav),
+                _ => None,
+            })
+            .chain(compared.into_iter().map(SimpleNav::SipsAttr))
+    }
+}
+
+impl PayloadTest {
+    fn sips_slots(&self, out: &mut Vec<usize>) {
+        match self {
+            PayloadTest::Sips { slot: Some(slot), .. } => out.push(*slot),
+            PayloadTest::Not(e) => e.sips_slots(out),
+            PayloadTest::And(a, b) | PayloadTest::Or(a, b) => {
+                a.sips_slots(out);
+                b.sips_slots(out);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A [`PayloadProgram`]'s handle or move target.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum PayloadNav {
+    /// `msg.sips` or `msg.sips.NAME`.
+    Sips(SimpleNav),
+    /// `v`.
+    Var,
+    /// `v.NAME`, by slot.
+    VarAttr(usize),
+}
+
+impl PayloadNav {
+    fn of(nav: &CNav) -> Option<PayloadNav> {
+        match (&nav.root, nav.path.as_slice()) {
+            (Root::Var(Some(0)), []) => Some(PayloadNav::Var),
+            (Root::Var(Some(0)), [Step::Attr(slot)]) => Some(PayloadNav::VarAttr(*slot)),
+            _ => SimpleNav::of(nav).map(PayloadNav::Sips),
+        }
+    }
 }
 
 /// A guard that reads nothing but the message and `msg.sips.role`, evaluated without an
@@ -576,6 +770,13 @@ impl Compiled {
                 let direct = !lets.iter().chain([&guard]).any(reads_app) && !handles.iter().chain(&moves).any(nav_reads_app);
                 let simple_guard = if lets.is_empty() { Simple::of(&guard) } else { None };
                 let simple_navs = handles.iter().chain(&moves).map(SimpleNav::of).collect();
+                let payload = match lets.as_slice() {
+                    [CExpr::PayloadSession] => PayloadTest::of(&guard, &by_state).and_then(|guard| {
+                        let navs = handles.iter().chain(&moves).map(PayloadNav::of).collect::<Option<Vec<_>>>()?;
+                        Some(PayloadProgram { guard, navs })
+                    }),
+                    _ => None,
+                };
                 Program {
                     methods,
                     lets,
@@ -590,6 +791,7 @@ impl Compiled {
                     method_bits: None,
                     simple_guard,
                     simple_navs,
+                    payload,
                 }
             })
             .collect();
@@ -606,17 +808,28 @@ impl Compiled {
         let role_texts = machine.roles.iter().map(|r| SmolStr::new(&r.name.name)).collect();
         let mut sips_nav_slots: Vec<usize> = programs
             .iter()
-            .flat_map(|p| p.simple_navs.iter().flatten())
+            .flat_map(|p| p.simple_navs.iter().flatten().copied().chain(p.payload.iter().flat_map(PayloadProgram::sips_navs)))
             .filter_map(|n| match n {
-                SimpleNav::SipsAttr(slot) => Some(*slot),
+                SimpleNav::SipsAttr(slot) => Some(slot),
                 SimpleNav::Sips => None,
             })
             .collect();
         sips_nav_slots.sort_unstable();
         sips_nav_slots.dedup();
+        let mut payload_nav_slots: Vec<usize> = programs
+            .iter()
+            .flat_map(|p| p.payload.iter().flat_map(|p| &p.navs))
+            .filter_map(|n| match n {
+                PayloadNav::VarAttr(slot) => Some(*slot),
+                _ => None,
+            })
+            .collect();
+        payload_nav_slots.sort_unstable();
+        payload_nav_slots.dedup();
         let initial_at = by_state.position(&initial);
         Ok(Compiled {
             sips_nav_slots,
+            payload_nav_slots,
             initial_at,
             initial_text: SmolStr::new(&initial),
             initial,
@@ -857,6 +1070,109 @@ transition T3: Busy -> same
         }
         fn initial_state(&self) -> Value {
             panic!("a simple guard read a state")
+        }
+    }
+
+    /// A message with a payload naming session `var` (None: null), whose `msg.sips` holds
+    /// `sips_attr` in every slot, and whose `var` is in state `state`.
+    struct PayloadOnly<'m> {
+        method: &'m str,
+        role: Option<Option<usize>>,
+        sips: tandem_container::SessionId,
+        sips_attr: Operand,
+        var: Option<tandem_container::SessionId>,
+        state: &'m str,
+        state_read: bool,
+    }
+
+    impl crate::eval::Env for PayloadOnly<'_> {
+        fn message(&self, root: &NavRoot) -> Value {
+            match root {
+                NavRoot::MsgMethod => Value::Str(SmolStr::new(self.method)),
+                NavRoot::MsgSips => Value::Session(self.sips),
+                other => panic!("a payload guard read {other:?}"),
+            }
+        }
+        fn method(&self) -> &str {
+            self.method
+        }
+        fn app_attr(&mut self, _: &str) -> Result<Value, crate::eval::Need> {
+            panic!("a payload guard read the application session")
+        }
+        fn session_step(&mut self, id: tandem_container::SessionId, step: Step) -> Result<Value, crate::eval::Need> {
+            Ok(match step {
+                Step::State if Some(id) == self.var => {
+                    self.state_read = true;
+                    Value::Str(SmolStr::new(self.state))
+                }
+                Step::Attr(_) if id == self.sips => match self.sips_attr {
+                    Operand::Null => Value::Null,
+                    Operand::Session(s) => Value::Session(s),
+                    Operand::Other => Value::Str(SmolStr::new("text")),
+                },
+                other => panic!("a payload guard read {other:?} of {id}"),
+            })
+        }
+        fn sips_role(&mut self) -> Result<Option<Option<usize>>, crate::eval::Need> {
+            Ok(self.role)
+        }
+        fn session_of(&mut self, _: &str) -> Value {
+            panic!("a payload guard looked a session up by text")
+        }
+        fn payload_session(&mut self) -> Value {
+            self.var.map_or(Value::Null, Value::Session)
+        }
+        fn initial_state(&self) -> Value {
+            panic!("a payload guard read the initial state")
+        }
+    }
+
+    #[test]
+    fn payload_guards_agree_with_the_evaluator() {
+        use tandem_container::SessionId;
+        let dating = include_str!("../../../services/dating.machine");
+        let pairing = include_str!("../../../services/pairing.machine");
+        for (source, payload) in [(dating, vec![5, 6]), (pairing, vec![1, 2])] {
+            let c = Compiled::new(tandem_contract::parse(source).expect("parses")).expect("compiles");
+            let found: Vec<usize> = (0..c.programs.len()).filter(|&i| c.program(i).payload.is_some()).collect();
+            assert_eq!(found, payload, "transitions with a payload program");
+            let (sips, other) = (SessionId(1), SessionId(2));
+            let mut decided = 0;
+            for &i in &payload {
+                let p = c.program(i);
+                let guard = &p.payload.as_ref().expect("payload program").guard;
+                for role in [None, Some(None), Some(Some(0)), Some(Some(1))] {
+                    for var in [None, Some(sips), Some(other)] {
+                        for sips_attr in [Operand::Null, Operand::Session(sips), Operand::Session(other), Operand::Other] {
+                            for state in c.machine.states.iter().map(|s| s.name.name.as_str()) {
+                                let mut env = PayloadOnly { method: "MESSAGE", role, sips, sips_attr, var, state, state_read: false };
+                                let mut vars = crate::eval::Vars::default();
+                                vars.push(crate::eval::eval(&p.lets[0], &mut env, &vars).expect("no lock needed"));
+                                let evaluated = crate::eval::eval(&p.guard, &mut env, &vars) == Ok(Value::Bool(true));
+                                let attrs: Vec<(usize, Operand)> = c.sips_nav_slots.iter().map(|s| (*s, sips_attr)).collect();
+                                let view = PayloadView {
+                                    var,
+                                    var_place: Some(c.by_state.position(state)),
+                                    sips: Operand::Session(sips),
+                                    sips_attrs: &attrs,
+                                };
+                                let text = |_: MsgText| "MESSAGE";
+                                let mut state_read = false;
+                                let Some(holds) = guard.holds(role, &text, &view, &mut state_read) else {
+                                    // Undecided only for a state no transition leaves.
+                                    assert!(c.by_state.position(state).is_none(), "T{} undecided in {state}", i + 1);
+                                    continue;
+                                };
+                                decided += 1;
+                                let case = format!("T{} role {role:?} var {var:?} sips attr {sips_attr:?} state {state}", i + 1);
+                                assert_eq!(holds, evaluated, "{case}");
+                                assert_eq!(state_read, env.state_read, "state read: {case}");
+                            }
+                        }
+                    }
+                }
+            }
+            assert!(decided > 100, "{decided} cases decided");
         }
     }
 

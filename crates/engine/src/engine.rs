@@ -1,6 +1,6 @@
 //! The machine service: events in, negotiation, one handler arm, commit, release.
 
-use crate::compiled::{Compiled, MsgText, SimpleNav, Step, ROLE_SLOT, STATE_SLOT};
+use crate::compiled::{Compiled, MsgText, Operand, PayloadNav, PayloadView, SimpleNav, Step, ROLE_SLOT, STATE_SLOT};
 use crate::eval::{eval, nav_value, Env, Need, Value, Vars};
 use crate::event::{Event, Trigger};
 use crate::locks::{Acquire, Key, LockTable, Ticket, GLOBAL};
@@ -99,14 +99,93 @@ impl Negotiation<'_> {
 struct Fast {
     /// None: the message enables nothing (absorbed).
     transition: Option<usize>,
-    /// The sessions it read (the message's, then its state holder if that is another), each
-    /// with its cell and the attributes' generation it saw.
-    read: smallvec::SmallVec<[(SessionId, SessionCell, u64); 2]>,
+    /// The sessions it read (the message's, then its state holder if that is another, then
+    /// the payload's), each with its cell and the attributes' generation it saw.
+    read: smallvec::SmallVec<[(SessionId, SessionCell, u64); 3]>,
     holder: Option<SessionId>,
-    /// The sessions to lock: the message's, the handles' and moves', the state holder.
+    /// The sessions to lock: the message's, the handles' and moves', the state holder (and a
+    /// payload session whose state was read).
     keys: SortedSet<Key>,
     /// The message's session's application session.
     app: Option<AppSessionId>,
+    /// The transition's `let` (`session(msg.payl)`), if it has one.
+    vars: Vars,
+    /// What the arm may touch, when it is less than `keys`.
+    needed: Option<SortedSet<Key>>,
+    /// The payload named a session that does not exist (recorded as read, as missing).
+    missing: Option<SessionId>,
+}
+
+impl Fast {
+    /// A message whose session is gone: nothing read, nothing to hold.
+    fn absorbed() -> Fast {
+        Fast {
+            transition: None,
+            read: smallvec::SmallVec::new(),
+            holder: None,
+            keys: SortedSet::new(),
+            app: None,
+            vars: Vars::default(),
+            needed: None,
+            missing: None,
+        }
+    }
+}
+
+/// The session `session(msg.payl)` names, as the fast path read it.
+struct PayloadRead {
+    /// None: null (no session ID, or no such session).
+    var: Option<SessionId>,
+    /// Its execution's state as a place (see [`crate::compiled::PayloadView::var_place`]).
+    place: Option<Option<usize>>,
+    /// Its attributes in [`Compiled::payload_nav_slots`] that name sessions.
+    attrs: smallvec::SmallVec<[(usize, SessionId); 2]>,
+    /// The ID it named, when no such session exists.
+    missing: Option<SessionId>,
+}
+
+/// Reads the session `session(msg.payl)` names (pushing it onto `read`) in one locked look: its
+/// state from its memo, and the attributes payload handles traverse. None: the fast path
+/// cannot decide (a session it already read, one removed meanwhile, or another service's).
+fn read_payload(
+    ctx: &mut Context<'_>,
+    compiled: &Compiled,
+    event: &Event<'_>,
+    read: &mut smallvec::SmallVec<[(SessionId, SessionCell, u64); 3]>,
+) -> Option<PayloadRead> {
+    let body = event.body();
+    let id = match std::str::from_utf8(&body) {
+        Ok(text) => text.trim().parse::<SessionId>(),
+        Err(_) => event.payload().parse::<SessionId>(),
+    };
+    let Ok(id) = id else { return Some(PayloadRead { var: None, place: None, attrs: smallvec::SmallVec::new(), missing: None }) };
+    // The message's own session or its holder: left to the general path (rare; e.g. a
+    // suggestion naming the caller itself).
+    if read.iter().any(|(r, _, _)| *r == id) {
+        return None;
+    }
+    let Some(cell) = ctx.session(id) else {
+        return Some(PayloadRead { var: None, place: None, attrs: smallvec::SmallVec::new(), missing: Some(id) });
+    };
+    let s = cell.lock();
+    // A memo is in its service's encoding: another service's session is read by name.
+    if s.is_removed() || s.service != ctx.service() {
+        return None;
+    }
+    let place = s.attributes.memo().map(|memo| match memo >> 16 {
+        NO_CANDIDATES => None,
+        code => Some(code as usize - 1),
+    });
+    let mut attrs = smallvec::SmallVec::new();
+    for &slot in &compiled.payload_nav_slots {
+        if let Some(target) = s.attributes.get_session(&compiled.slots[slot]) {
+            attrs.push((slot, target));
+        }
+    }
+    let generation = s.attributes.generation();
+    drop(s);
+    read.push((id, cell, generation));
+    Some(PayloadRead { var: Some(id), place, attrs, missing: None })
 }
 
 /// An evaluation made without locks: its outcome, what it read, and the sessions it asked for.
@@ -330,8 +409,8 @@ impl<H: Handler> MachineService<H> {
         let compiled = &self.compiled;
         let method = event.method();
         let method_index = compiled.method_index(method);
-        let mut read: smallvec::SmallVec<[(SessionId, SessionCell, u64); 2]> = smallvec::SmallVec::new();
-        let mut targets: smallvec::SmallVec<[(usize, SessionId); 4]> = smallvec::SmallVec::new();
+        let mut read: smallvec::SmallVec<[(SessionId, SessionCell, u64); 3]> = smallvec::SmallVec::new();
+        let mut targets: smallvec::SmallVec<[(usize, Operand); 4]> = smallvec::SmallVec::new();
         let mut app = None;
         // The candidates, `msg.sips.role`, the state holder.
         let (candidates, sips_role, holder) = match event.session {
@@ -341,7 +420,7 @@ impl<H: Handler> MachineService<H> {
                 // A session gone from the store never comes back (IDs are not reused): the
                 // general path would absorb the message too, having read the same.
                 let Some(cell) = ctx.session(id) else {
-                    return Some(Fast { transition: None, read, holder: None, keys: SortedSet::new(), app: None });
+                    return Some(Fast::absorbed());
                 };
                 let s = cell.lock();
                 if s.is_removed() {
@@ -364,8 +443,10 @@ impl<H: Handler> MachineService<H> {
                     }
                 };
                 for &slot in &compiled.sips_nav_slots {
-                    if let Some(target) = s.attributes.get_session(&compiled.slots[slot]) {
-                        targets.push((slot, target));
+                    match s.attributes.get(&compiled.slots[slot]) {
+                        None => {}
+                        Some(tandem_container::AttrValue::Session(target)) => targets.push((slot, Operand::Session(*target))),
+                        Some(_) => targets.push((slot, Operand::Other)),
                     }
                 }
                 app = Some(s.app);
@@ -394,33 +475,99 @@ impl<H: Handler> MachineService<H> {
             MsgText::Cseq => event.cseq_method(),
             MsgText::Timer => event.timer(),
         };
+        // `session(msg.payl)`, read the first time a candidate binds it.
+        let mut payload: Option<PayloadRead> = None;
+        let mut state_read = false;
         let mut chosen = None;
         for &index in candidates {
             let program = compiled.program(index);
             if !program.takes(method_index, method) {
                 continue;
             }
-            let (Some(guard), Some(_)) = (&program.simple_guard, &program.simple_navs) else { return None };
-            if guard.holds(sips_role, &text) && chosen.replace(index).is_some() {
+            let enabled = match (&program.simple_guard, &program.simple_navs, &program.payload) {
+                (Some(guard), Some(_), _) => guard.holds(sips_role, &text),
+                (_, _, Some(p)) => {
+                    if payload.is_none() {
+                        payload = Some(read_payload(ctx, compiled, event, &mut read)?);
+                    }
+                    let found = payload.as_ref()?;
+                    let sips = match event.session {
+                        Some(id) => Operand::Session(id),
+                        None => Operand::Other,
+                    };
+                    let view = PayloadView { var: found.var, var_place: found.place, sips, sips_attrs: &targets };
+                    p.guard.holds(sips_role, &text, &view, &mut state_read)?
+                }
+                _ => return None,
+            };
+            if enabled && chosen.replace(index).is_some() {
                 return None;
             }
         }
         let transition = chosen;
+        let program = transition.map(|t| compiled.program(t));
         let mut keys = SortedSet::new();
         if let Some(id) = event.session {
             keys.insert(key(id));
-            for nav in transition.and_then(|t| compiled.program(t).simple_navs.as_ref()).into_iter().flatten() {
-                if let SimpleNav::SipsAttr(slot) = nav {
-                    if let Some((_, target)) = targets.iter().find(|(s, _)| s == slot) {
-                        keys.insert(key(*target));
+        }
+        let target_key = |slot: usize| match targets.iter().find(|(s, _)| *s == slot) {
+            Some((_, Operand::Session(target))) => Some(key(*target)),
+            _ => None,
+        };
+        match (program.and_then(|p| p.simple_navs.as_ref()), program.and_then(|p| p.payload.as_ref())) {
+            (Some(navs), _) => {
+                for nav in navs {
+                    if let SimpleNav::SipsAttr(slot) = nav {
+                        keys.extend(target_key(*slot));
                     }
                 }
             }
+            (None, Some(p)) => {
+                let found = payload.as_ref()?;
+                for nav in &p.navs {
+                    match (nav, found.var) {
+                        (PayloadNav::Sips(SimpleNav::SipsAttr(slot)), _) => keys.extend(target_key(*slot)),
+                        (PayloadNav::Sips(SimpleNav::Sips), _) => {}
+                        (PayloadNav::Var, Some(v)) => {
+                            keys.insert(key(v));
+                        }
+                        (PayloadNav::VarAttr(slot), Some(v)) => {
+                            keys.insert(key(v));
+                            if let Some((_, target)) = found.attrs.iter().find(|(s, _)| s == slot) {
+                                keys.insert(key(*target));
+                            }
+                        }
+                        (_, None) => {}
+                    }
+                }
+            }
+            // No transition: nothing more to hold. A payload read decided it, and with it a
+            // session the message's own do not name: the general path absorbs it, under locks.
+            (None, None) if payload.is_some() => return None,
+            (None, None) => {}
         }
         if let Some(h) = holder {
             keys.insert(key(h));
         }
-        Some(Fast { transition, read, holder, keys, app })
+        // What the arm may touch (`needed`) is what the handles traverse and the state holder;
+        // the evaluator also locks `v` if it read its state (its lock makes the state stable).
+        let mut needed = None;
+        let mut vars = Vars::default();
+        if let Some(found) = &payload {
+            let chosen = program.and_then(|p| p.payload.as_ref());
+            if chosen.is_some() {
+                vars.push(found.var.map_or(Value::Null, Value::Session));
+            }
+            // `v` is wanted if any candidate's guard read its state (whichever transition
+            // was chosen: the choice depends on it) or the chosen one's handles read it.
+            let read_attr = chosen.is_some_and(|p| p.navs.iter().any(|n| matches!(n, PayloadNav::VarAttr(_))));
+            if let Some(v) = found.var.filter(|v| (state_read || read_attr) && !keys.contains(&key(*v))) {
+                needed = Some(keys.clone());
+                keys.insert(key(v));
+            }
+        }
+        let missing = payload.as_ref().and_then(|p| p.missing);
+        Some(Fast { transition, read, holder, keys, app, vars, needed, missing })
     }
 
     /// Takes the fast path's locks, checks that nothing it read changed meanwhile, and runs
@@ -461,6 +608,9 @@ impl<H: Handler> MachineService<H> {
         for (id, cell, generation) in fast.read {
             reads.record(id, cell, generation);
         }
+        if let Some(id) = fast.missing {
+            reads.record_missing(id);
+        }
         // What the handles traverse and the state holder are what it holds.
         neg.held = fast.keys;
         self.stats.fast.fetch_add(1, Relaxed);
@@ -473,7 +623,8 @@ impl<H: Handler> MachineService<H> {
             return true;
         };
         if verify {
-            let chosen = Chosen { transition, vars: Vars::default(), needed: neg.held.clone(), holder: fast.holder };
+            let needed = fast.needed.unwrap_or_else(|| neg.held.clone());
+            let chosen = Chosen { transition, vars: fast.vars, needed, holder: fast.holder };
             let p = Prediction { outcome: Outcome::Run(chosen), reads, keys: neg.held.clone(), direct: true };
             self.verify(ctx, neg, &p);
             if let Prediction { outcome: Outcome::Run(chosen), reads, .. } = p {
@@ -481,8 +632,8 @@ impl<H: Handler> MachineService<H> {
             }
             return true;
         }
-        let vars = Vars::default();
-        self.run_with(ctx, neg, transition, &vars, fast.holder, &neg.held, &reads);
+        let allowed = fast.needed.as_ref().unwrap_or(&neg.held);
+        self.run_with(ctx, neg, transition, &fast.vars, fast.holder, allowed, &reads);
         true
     }
 
@@ -863,11 +1014,13 @@ impl<H: Handler> MachineService<H> {
     ) {
         let negotiated = ctx.now().saturating_duration_since(neg.started);
         let t = self.compiled.transition(transition);
-        let started = Instant::now();
+        // The arm's wall-clock time is sampled: two clock reads per transition were a visible
+        // share of the engine's cost per message (decision 0004), and the container times
+        // every handler call anyway.
+        let started = neg.ticket.is_multiple_of(HANDLER_TIME_SAMPLE).then(Instant::now);
         let mut tr = Transition::new(ctx, &self.compiled, &neg.event, allowed, reads);
         let result = self.handler.do_transition(&t.name.name, &mut tr);
         let done = tr.finish();
-        let handler_time = started.elapsed();
         let stats = &self.stats.transitions[transition];
         match result {
             Ok(()) => {
@@ -886,7 +1039,9 @@ impl<H: Handler> MachineService<H> {
         }
         stats.backoffs.fetch_add(neg.backoffs, Relaxed);
         stats.negotiation_ns.fetch_add(negotiated.as_nanos() as u64, Relaxed);
-        stats.handler_ns.fetch_add(handler_time.as_nanos() as u64, Relaxed);
+        if let Some(started) = started {
+            stats.handler_ns.fetch_add(started.elapsed().as_nanos() as u64 * HANDLER_TIME_SAMPLE, Relaxed);
+        }
         self.release_all(ctx, neg);
     }
 
@@ -981,6 +1136,10 @@ impl<H: Handler> MachineService<H> {
         })?
     }
 }
+
+/// One negotiation in this many has its arm timed (`tandem_transition_handler_seconds_total`
+/// counts each timed one this many times).
+const HANDLER_TIME_SAMPLE: u64 = 8;
 
 pub(crate) const ROLE: &str = "@role";
 pub(crate) const STATE: &str = "@state";

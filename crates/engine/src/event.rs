@@ -1,5 +1,5 @@
 use bytes::Bytes;
-use std::borrow::Cow;
+use std::ops::Deref;
 use tandem_container::{AppSessionId, Request, RequestKind, ResponseEvent, SessionId};
 use tandem_sip::{Flow, Message};
 use tandem_transaction::ServerTxId;
@@ -7,16 +7,44 @@ use tandem_transaction::ServerTxId;
 /// What triggered a negotiation. The message is borrowed from the container while the
 /// negotiation runs within the call that delivered it, and copied only if it has to wait
 /// for sessions ([`Event::into_owned`]).
+/// A message borrowed from the container, or owned (boxed: events move by value, through
+/// `start`, `begin` and into a negotiation, so they are kept a few words long).
+#[derive(Debug, Clone)]
+pub enum MessageRef<'m> {
+    Borrowed(&'m Message),
+    Owned(Box<Message>),
+}
+
+impl Deref for MessageRef<'_> {
+    type Target = Message;
+
+    fn deref(&self) -> &Message {
+        match self {
+            MessageRef::Borrowed(m) => m,
+            MessageRef::Owned(m) => m,
+        }
+    }
+}
+
+impl MessageRef<'_> {
+    fn into_owned(self) -> MessageRef<'static> {
+        match self {
+            MessageRef::Borrowed(m) => MessageRef::Owned(Box::new(m.clone())),
+            MessageRef::Owned(m) => MessageRef::Owned(m),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub enum Trigger<'m> {
     Request {
-        msg: Cow<'m, Message>,
+        msg: MessageRef<'m>,
         tx: Option<ServerTxId>,
         flow: Flow,
         kind: RequestKind,
     },
     Response {
-        msg: Option<Cow<'m, Message>>,
+        msg: Option<MessageRef<'m>>,
         status: u16,
     },
     Timer {
@@ -38,7 +66,7 @@ pub struct Event<'m> {
 impl<'m> Event<'m> {
     pub(crate) fn from_request(req: &Request<'m>) -> Event<'m> {
         Event {
-            trigger: Trigger::Request { msg: Cow::Borrowed(req.msg), tx: req.tx, flow: req.flow, kind: req.kind },
+            trigger: Trigger::Request { msg: MessageRef::Borrowed(req.msg), tx: req.tx, flow: req.flow, kind: req.kind },
             session: req.session,
             app: req.app,
         }
@@ -46,7 +74,7 @@ impl<'m> Event<'m> {
 
     pub(crate) fn from_response(session: SessionId, response: &ResponseEvent<'m>) -> Event<'m> {
         let msg = match response {
-            ResponseEvent::Received(m) => Some(Cow::Borrowed(*m)),
+            ResponseEvent::Received(m) => Some(MessageRef::Borrowed(m)),
             _ => None,
         };
         Event { trigger: Trigger::Response { msg, status: response.status() }, session: Some(session), app: None }
@@ -55,8 +83,8 @@ impl<'m> Event<'m> {
     /// The event with its own copy of the message, to outlive the call that delivered it.
     pub fn into_owned(self) -> Event<'static> {
         let trigger = match self.trigger {
-            Trigger::Request { msg, tx, flow, kind } => Trigger::Request { msg: Cow::Owned(msg.into_owned()), tx, flow, kind },
-            Trigger::Response { msg, status } => Trigger::Response { msg: msg.map(|m| Cow::Owned(m.into_owned())), status },
+            Trigger::Request { msg, tx, flow, kind } => Trigger::Request { msg: msg.into_owned(), tx, flow, kind },
+            Trigger::Response { msg, status } => Trigger::Response { msg: msg.map(MessageRef::into_owned), status },
             Trigger::Timer { name } => Trigger::Timer { name },
             Trigger::Cancelled => Trigger::Cancelled,
         };

@@ -25,6 +25,6 @@ mod transition;
 pub use compiled::{CompileError, Compiled};
 pub use engine::{Handler, HandlerError, MachineService, Negotiator};
 pub use eval::Value;
-pub use event::{Event, Trigger};
+pub use event::{Event, MessageRef, Trigger};
 pub use locks::{Acquire, LockTable, Ticket, GLOBAL};
 pub use transition::{Body, Transition, TransitionError};

@@ -133,6 +133,11 @@ impl Reads {
         self.entries.push(Entry { id, cell: Some(cell), generation, role: None, base: self.values.len(), wanted: true });
     }
 
+    /// Records session `id` as the fast path found it: missing (as `touch_with` records it).
+    pub fn record_missing(&mut self, id: SessionId) {
+        self.entries.push(Entry { id, cell: None, generation: 0, role: None, base: self.values.len(), wanted: false });
+    }
+
     /// Whether session `id` exists, as [`Self::exists`] answers it for the direct path: the
     /// session is recorded (with its generation) but no slot is copied.
     pub fn present(&mut self, ctx: &mut Context<'_>, id: SessionId) -> bool {

@@ -246,17 +246,23 @@ fn run_with(
             "not every message was predicted directly: {} of {messages}",
             service.direct_predictions()
         );
-        // The INVITEs (and the MESSAGEs of a paired execution) take the fast path, verified
-        // like the direct path.
-        assert!(service.fast_selections() > 0, "no transition took the fast path");
+        // Every message may take the fast path, verified like the direct path: the INVITEs,
+        // the MESSAGEs of a paired execution, and those that read the session their payload
+        // names (Pair, Busy). It falls back on a busy lock or a session changed meanwhile.
+        assert!(
+            service.fast_selections() * 10 >= messages * 9,
+            "too few messages took the fast path: {} of {messages}",
+            service.fast_selections()
+        );
     }
     eprintln!(
         "{negotiator:?}: {executors} executors, {executions} executions, {} messages in {elapsed:?}: pairs {}, back-offs {}, \
-         predictions evaluated again {}",
+         predictions evaluated again {}, fast selections {}",
         executions * (rounds + 1),
         service.transition_count("Pair"),
         service.backoffs(),
-        service.reevaluations()
+        service.reevaluations(),
+        service.fast_selections()
     );
     for (id, _) in &sessions {
         let poked = store.session(*id).and_then(|c| c.lock().attributes.get_bool("poked"));
