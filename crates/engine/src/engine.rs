@@ -1072,15 +1072,49 @@ impl<H: Handler> MachineService<H> {
                 set_state(ctx, &self.compiled, reads, holder, &t.to.name, program.to_state);
             }
         }
-        for ((mv, target), index) in t.moves.iter().zip(&program.moves).zip(&program.move_states) {
-            let target = {
-                let mut reads = Reads::default();
-                let mut env = self.env(ctx, neg, false, &mut reads);
-                nav_value(target, &mut env, vars, None)
-            };
-            if let Ok(Value::Session(s)) = target {
+        for (i, (mv, index)) in t.moves.iter().zip(&program.move_states).enumerate() {
+            if let Some(s) = self.move_target(ctx, neg, transition, i, vars, reads) {
                 if let Some(holder) = self.holder(ctx, s, reads) {
                     set_state(ctx, &self.compiled, reads, holder, &mv.to.name, *index);
+                }
+            }
+        }
+    }
+
+    /// The session move `i` of `transition` targets, read after the arm ran: directly for a
+    /// handle of a simple form (`msg.sips`, `msg.sips.NAME`, a payload `v`, `v.NAME`), else
+    /// by evaluating its navigation. The sessions it reads are held.
+    fn move_target(
+        &self,
+        ctx: &mut Context<'_>,
+        neg: &Negotiation<'_>,
+        transition: usize,
+        i: usize,
+        vars: &Vars,
+        reads: &Reads,
+    ) -> Option<SessionId> {
+        let program = self.compiled.program(transition);
+        let at = program.handles.len() + i;
+        let simple = match (&program.simple_navs, &program.payload) {
+            (Some(navs), _) => navs.get(at).copied().map(PayloadNav::Sips),
+            (None, Some(p)) => p.navs.get(at).copied(),
+            (None, None) => None,
+        };
+        let slots = &self.compiled.slots;
+        let attr = |ctx: &mut Context<'_>, id: SessionId, slot: usize| {
+            with_session(ctx, reads, id, |s| s.attributes.get_session(&slots[slot])).flatten()
+        };
+        match simple {
+            Some(PayloadNav::Sips(SimpleNav::Sips)) => neg.event.session,
+            Some(PayloadNav::Sips(SimpleNav::SipsAttr(slot))) => attr(ctx, neg.event.session?, slot),
+            Some(PayloadNav::Var) => vars.session(0),
+            Some(PayloadNav::VarAttr(slot)) => attr(ctx, vars.session(0)?, slot),
+            None => {
+                let mut fresh = Reads::default();
+                let mut env = self.env(ctx, neg, false, &mut fresh);
+                match nav_value(program.moves.get(i)?, &mut env, vars, None) {
+                    Ok(Value::Session(s)) => Some(s),
+                    _ => None,
                 }
             }
         }
@@ -1106,13 +1140,8 @@ impl<H: Handler> MachineService<H> {
         if p.to_final {
             ended.extend(neg.event.session.or(created));
         }
-        let targets = &p.moves;
-        for (_, target) in t.moves.iter().zip(targets).filter(|(m, _)| self.compiled.finals.contains(&m.to.name)) {
-            let mut reads = Reads::default();
-            let mut env = self.env(ctx, neg, false, &mut reads);
-            if let Ok(Value::Session(s)) = nav_value(target, &mut env, vars, None) {
-                ended.push(s);
-            }
+        for (i, _) in t.moves.iter().enumerate().filter(|(_, m)| self.compiled.finals.contains(&m.to.name)) {
+            ended.extend(self.move_target(ctx, neg, transition, i, vars, reads));
         }
         for s in ended {
             let app = match reads.cell(s) {

@@ -71,6 +71,14 @@ impl Vars {
         self.vars.push(value);
     }
 
+    /// Variable `index` if it holds a session.
+    pub(crate) fn session(&self, index: usize) -> Option<SessionId> {
+        match self.vars.get(index) {
+            Some(Value::Session(id)) => Some(*id),
+            _ => None,
+        }
+    }
+
     fn get(&self, index: Option<usize>) -> Value {
         index.and_then(|i| self.vars.get(i)).map_or(Value::Null, Value::clone)
     }
