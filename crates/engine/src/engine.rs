@@ -153,12 +153,10 @@ fn read_payload(
     event: &Event<'_>,
     read: &mut smallvec::SmallVec<[(SessionId, SessionCell, u64); 3]>,
 ) -> Option<PayloadRead> {
-    let body = event.body();
-    let id = match std::str::from_utf8(&body) {
-        Ok(text) => text.trim().parse::<SessionId>(),
-        Err(_) => event.payload().parse::<SessionId>(),
+    // The ID as `session(msg.payl)` parses it; whether it exists is read below.
+    let Value::Session(id) = payload_session(event, |text| text.parse().map_or(Value::Null, Value::Session)) else {
+        return Some(PayloadRead { var: None, place: None, attrs: smallvec::SmallVec::new(), missing: None });
     };
-    let Ok(id) = id else { return Some(PayloadRead { var: None, place: None, attrs: smallvec::SmallVec::new(), missing: None }) };
     // The message's own session or its holder: left to the general path (rare; e.g. a
     // suggestion naming the caller itself).
     if read.iter().any(|(r, _, _)| *r == id) {
@@ -172,10 +170,7 @@ fn read_payload(
     if s.is_removed() || s.service != ctx.service() {
         return None;
     }
-    let place = s.attributes.memo().map(|memo| match memo >> 16 {
-        NO_CANDIDATES => None,
-        code => Some(code as usize - 1),
-    });
+    let place = s.attributes.memo().map(memo_place);
     let mut attrs = smallvec::SmallVec::new();
     for &slot in &compiled.payload_nav_slots {
         if let Some(target) = s.attributes.get_session(&compiled.slots[slot]) {
@@ -1227,12 +1222,16 @@ fn memo_role(memo: u32) -> usize {
 
 /// The role index and the candidates of the state a memo from `state_memo` names.
 fn memo_candidates(compiled: &Compiled, memo: u32) -> (usize, &[usize]) {
-    let role = memo_role(memo);
-    let candidates = match memo >> 16 {
-        NO_CANDIDATES => &[][..],
-        code => compiled.candidates_at(code as usize - 1),
-    };
-    (role, candidates)
+    let candidates = memo_place(memo).map_or(&[][..], |at| compiled.candidates_at(at));
+    (memo_role(memo), candidates)
+}
+
+/// The state's place a memo from `state_memo` names (None: a state no transition leaves).
+fn memo_place(memo: u32) -> Option<usize> {
+    match memo >> 16 {
+        NO_CANDIDATES => None,
+        code => (code as usize).checked_sub(1),
+    }
 }
 
 /// Candidate transitions of the current state, their guards, and the handles of the one

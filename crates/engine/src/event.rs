@@ -4,9 +4,6 @@ use tandem_container::{AppSessionId, Request, RequestKind, ResponseEvent, Sessio
 use tandem_sip::{Flow, Message};
 use tandem_transaction::ServerTxId;
 
-/// What triggered a negotiation. The message is borrowed from the container while the
-/// negotiation runs within the call that delivered it, and copied only if it has to wait
-/// for sessions ([`Event::into_owned`]).
 /// A message borrowed from the container, or owned (boxed: events move by value, through
 /// `start`, `begin` and into a negotiation, so they are kept a few words long).
 #[derive(Debug, Clone)]
@@ -35,6 +32,9 @@ impl MessageRef<'_> {
     }
 }
 
+/// What triggered a negotiation. The message is borrowed from the container while the
+/// negotiation runs within the call that delivered it, and copied only if it has to wait
+/// for sessions ([`Event::into_owned`]).
 #[derive(Debug, Clone)]
 pub enum Trigger<'m> {
     Request {
