@@ -26,6 +26,13 @@ pub struct Attributes {
     memo_generation: u64,
 }
 
+/// Whether an entry's name is `name`. Names are short and most entries a look-up passes differ
+/// in length or first byte: checked before the bytes are compared (a library call).
+#[inline]
+fn same_name(n: &str, name: &str) -> bool {
+    n.len() == name.len() && n.as_bytes().first() == name.as_bytes().first() && n == name
+}
+
 impl Attributes {
     /// The word last given to [`Attributes::set_memo`], if no attribute changed since: what a
     /// reader derived from them (the contract engine keeps a session's role and state there as
@@ -42,12 +49,12 @@ impl Attributes {
     }
 
     pub fn get(&self, name: &str) -> Option<&AttrValue> {
-        self.entries.iter().find(|(n, _)| &**n == name).map(|(_, v)| v)
+        self.entries.iter().find(|(n, _)| same_name(n, name)).map(|(_, v)| v)
     }
 
     pub fn set(&mut self, name: &str, value: AttrValue) -> Option<AttrValue> {
         self.generation += 1;
-        match self.entries.iter_mut().find(|(n, _)| &**n == name) {
+        match self.entries.iter_mut().find(|(n, _)| same_name(n, name)) {
             Some((_, v)) => Some(std::mem::replace(v, value)),
             None => {
                 self.entries.push((name.into(), value));
@@ -60,7 +67,7 @@ impl Attributes {
     /// allocation when a text attribute is overwritten by one that fits, e.g. a state name).
     pub fn set_str(&mut self, name: &str, value: &str) {
         self.generation += 1;
-        match self.entries.iter_mut().find(|(n, _)| &**n == name) {
+        match self.entries.iter_mut().find(|(n, _)| same_name(n, name)) {
             Some((_, AttrValue::Str(s))) => {
                 s.clear();
                 s.push_str(value);
@@ -71,7 +78,7 @@ impl Attributes {
     }
 
     pub fn remove(&mut self, name: &str) -> Option<AttrValue> {
-        let i = self.entries.iter().position(|(n, _)| &**n == name)?;
+        let i = self.entries.iter().position(|(n, _)| same_name(n, name))?;
         self.generation += 1;
         Some(self.entries.remove(i).1)
     }

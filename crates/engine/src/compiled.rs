@@ -4,6 +4,7 @@
 //! [`Compiled::slots`]), `let` variables to indices, names and strings to values.
 
 use crate::eval::Value;
+use crate::event::Event;
 use smol_str::SmolStr;
 use tandem_contract::ast::{self, AttrType, CmpOp, Expr, Nav, NavRoot, StateKind};
 
@@ -36,6 +37,8 @@ pub struct Compiled {
     direct_methods: Vec<(SmolStr, bool)>,
     /// The same for any other method: whether every transition that names no method is direct.
     direct_otherwise: bool,
+    /// [`Self::method_index`] of each of [`crate::event::METHOD_NAMES`], by its code.
+    method_index_by_code: [Option<usize>; crate::event::METHOD_NAMES.len()],
     /// Every slot a [`SimpleNav::SipsAttr`] of some transition reads, once each: the engine's
     /// fast path reads them all in its one look at the message's session, before it knows
     /// which transition is enabled.
@@ -803,6 +806,7 @@ impl Compiled {
                 });
             }
         }
+        let method_index_by_code = crate::event::METHOD_NAMES.map(|name| direct_methods.iter().position(|(n, _)| n == name));
         let slot_keys: Vec<(usize, u64)> = slots.0.iter().map(|n| short_key(n)).collect();
         let slot_table = SlotTable::new(&slot_keys);
         let role_texts = machine.roles.iter().map(|r| SmolStr::new(&r.name.name)).collect();
@@ -843,6 +847,7 @@ impl Compiled {
             programs,
             direct_methods,
             direct_otherwise,
+            method_index_by_code,
             machine,
         })
     }
@@ -858,6 +863,15 @@ impl Compiled {
     /// [`Program::takes`] and [`Self::direct_at`]); None for any other method.
     pub(crate) fn method_index(&self, method: &str) -> Option<usize> {
         self.direct_methods.iter().position(|(m, _)| m == method)
+    }
+
+    /// [`Self::method_index`] of the event's [`Event::method`], found by its code when it has
+    /// one (no text compared).
+    pub(crate) fn event_method_index(&self, event: &Event<'_>) -> Option<usize> {
+        match event.method_code() {
+            Some(code) => self.method_index_by_code[code],
+            None => self.method_index(event.method()),
+        }
     }
 
     /// Whether every transition that may take a message of the method at `method` (from

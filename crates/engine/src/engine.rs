@@ -12,7 +12,7 @@ use smol_str::SmolStr;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tandem_container::{AppSessionId, Context, Request, ResponseEvent, Service, SessionCell, SessionId, SipSession, TimerId, UaProfile};
 use tandem_contract::ast::NavRoot;
 
@@ -403,7 +403,7 @@ impl<H: Handler> MachineService<H> {
     fn fast_select(&self, ctx: &mut Context<'_>, event: &Event<'_>) -> Option<Fast> {
         let compiled = &self.compiled;
         let method = event.method();
-        let method_index = compiled.method_index(method);
+        let method_index = compiled.event_method_index(event);
         let mut read: smallvec::SmallVec<[(SessionId, SessionCell, u64); 3]> = smallvec::SmallVec::new();
         let mut targets: smallvec::SmallVec<[(usize, Operand); 4]> = smallvec::SmallVec::new();
         let mut app = None;
@@ -869,7 +869,7 @@ impl<H: Handler> MachineService<H> {
         let compiled = &self.compiled;
         let event = &neg.event;
         let method = event.method();
-        let method_index = compiled.method_index(method);
+        let method_index = compiled.event_method_index(event);
         if !compiled.direct_at(method_index) {
             return false;
         }
@@ -1007,13 +1007,16 @@ impl<H: Handler> MachineService<H> {
         allowed: &SortedSet<Key>,
         reads: &Reads,
     ) {
-        let negotiated = ctx.now().saturating_duration_since(neg.started);
+        // A negotiation that never waited ends within the event that began it (the same
+        // time): no subtraction then.
+        let now = ctx.now();
+        let negotiated = if now == neg.started { Duration::ZERO } else { now.saturating_duration_since(neg.started) };
         let t = self.compiled.transition(transition);
         // The arm's wall-clock time is sampled: two clock reads per transition were a visible
         // share of the engine's cost per message (decision 0004), and the container times
         // every handler call anyway.
         let started = neg.ticket.is_multiple_of(HANDLER_TIME_SAMPLE).then(Instant::now);
-        let mut tr = Transition::new(ctx, &self.compiled, &neg.event, allowed, reads);
+        let mut tr = Transition::new(ctx, &self.compiled, &neg.event, allowed, reads, &t.lets, vars);
         let result = self.handler.do_transition(&t.name.name, &mut tr);
         let done = tr.finish();
         let stats = &self.stats.transitions[transition];
@@ -1032,8 +1035,13 @@ impl<H: Handler> MachineService<H> {
                 }
             }
         }
-        stats.backoffs.fetch_add(neg.backoffs, Relaxed);
-        stats.negotiation_ns.fetch_add(negotiated.as_nanos() as u64, Relaxed);
+        // Shared counters: touched only when there is something to add.
+        if neg.backoffs != 0 {
+            stats.backoffs.fetch_add(neg.backoffs, Relaxed);
+        }
+        if !negotiated.is_zero() {
+            stats.negotiation_ns.fetch_add(negotiated.as_nanos() as u64, Relaxed);
+        }
         if let Some(started) = started {
             stats.handler_ns.fetch_add(started.elapsed().as_nanos() as u64 * HANDLER_TIME_SAMPLE, Relaxed);
         }

@@ -4,6 +4,51 @@ use tandem_container::{AppSessionId, Request, RequestKind, ResponseEvent, Sessio
 use tandem_sip::{Flow, Message};
 use tandem_transaction::ServerTxId;
 
+/// The names [`Event::method`] returns for standard methods and the other events, at their
+/// [`Event::method_code`].
+pub(crate) const METHOD_NAMES: [&str; 18] = [
+    "INVITE",
+    "ACK",
+    "BYE",
+    "CANCEL",
+    "OPTIONS",
+    "REGISTER",
+    "PRACK",
+    "SUBSCRIBE",
+    "NOTIFY",
+    "PUBLISH",
+    "INFO",
+    "REFER",
+    "MESSAGE",
+    "UPDATE",
+    "PROVISIONAL",
+    "OK",
+    "ERROR",
+    "TIMER",
+];
+
+/// A standard method's code (its name's place in [`METHOD_NAMES`]).
+fn request_method_code(m: &tandem_sip::Method) -> Option<usize> {
+    use tandem_sip::Method as M;
+    Some(match m {
+        M::Invite => 0,
+        M::Ack => 1,
+        M::Bye => 2,
+        M::Cancel => 3,
+        M::Options => 4,
+        M::Register => 5,
+        M::Prack => 6,
+        M::Subscribe => 7,
+        M::Notify => 8,
+        M::Publish => 9,
+        M::Info => 10,
+        M::Refer => 11,
+        M::Message => 12,
+        M::Update => 13,
+        M::Extension(_) => return None,
+    })
+}
+
 /// A message borrowed from the container, or owned (boxed: events move by value, through
 /// `start`, `begin` and into a negotiation, so they are kept a few words long).
 #[derive(Debug, Clone)]
@@ -109,6 +154,19 @@ impl<'m> Event<'m> {
         }
     }
 
+    /// [`Self::method`] as an index into [`METHOD_NAMES`], for the names it can be without
+    /// comparing text; None for an extension method (or a request without one).
+    pub(crate) fn method_code(&self) -> Option<usize> {
+        Some(match &self.trigger {
+            Trigger::Request { msg, .. } => return msg.method().and_then(request_method_code),
+            Trigger::Response { status, .. } if *status < 200 => 14,
+            Trigger::Response { status, .. } if *status < 300 => 15,
+            Trigger::Response { .. } => 16,
+            Trigger::Timer { .. } => 17,
+            Trigger::Cancelled => 3,
+        })
+    }
+
     /// `msg.cseq`: the method in the message's CSeq (a response's: the request it answers);
     /// empty without a message (timers, timeouts, transport failures).
     pub fn cseq_method(&self) -> &str {
@@ -147,6 +205,22 @@ impl<'m> Event<'m> {
         match &self.trigger {
             Trigger::Timer { name } => name,
             _ => "",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn method_codes_name_what_method_returns() {
+        for name in METHOD_NAMES.iter().chain(&["FOO", "PROVISIONAL"]) {
+            let m = tandem_sip::Method::from_name(name);
+            match request_method_code(&m) {
+                Some(code) => assert_eq!(METHOD_NAMES[code], m.metric_label(), "{name}"),
+                None => assert!(matches!(m, tandem_sip::Method::Extension(_)), "{name}"),
+            }
         }
     }
 }

@@ -3,6 +3,7 @@
 
 use crate::compiled::Compiled;
 use crate::engine::{key, ROLE};
+use crate::eval::Vars;
 use crate::event::{Event, Trigger};
 use crate::locks::Key;
 use crate::reads::Reads;
@@ -78,8 +79,9 @@ pub(crate) enum Action {
     OnSession { session: SessionId, op: SessionOp },
 }
 
-/// What an arm sends.
-pub(crate) type Actions = Vec<Action>;
+/// What an arm sends: most arms send one or two things (a `Vec` allocated for them was a
+/// visible part of the engine's cost per message), some none.
+pub(crate) type Actions = smallvec::SmallVec<[Action; 2]>;
 
 pub(crate) struct Done {
     pub actions: Actions,
@@ -102,6 +104,9 @@ pub struct Transition<'c, 'a> {
     created_sips: Option<SessionId>,
     created_apps: Vec<AppSessionId>,
     actions: Actions,
+    /// The transition's `let`s and the values the contract bound them to.
+    lets: &'c [tandem_contract::ast::Let],
+    vars: &'c Vars,
 }
 
 impl<'c, 'a> Transition<'c, 'a> {
@@ -111,6 +116,8 @@ impl<'c, 'a> Transition<'c, 'a> {
         event: &'c Event<'c>,
         allowed: &'c SortedSet<Key>,
         reads: &'c Reads,
+        lets: &'c [tandem_contract::ast::Let],
+        vars: &'c Vars,
     ) -> Self {
         Transition {
             ctx,
@@ -122,7 +129,9 @@ impl<'c, 'a> Transition<'c, 'a> {
             created_cells: smallvec::SmallVec::new(),
             created_sips: None,
             created_apps: Vec::new(),
-            actions: Vec::new(),
+            actions: Actions::new(),
+            lets,
+            vars,
         }
     }
 
@@ -283,6 +292,14 @@ impl<'c, 'a> Transition<'c, 'a> {
     pub fn set_timer(&mut self, delay: Duration, name: &'static str) -> Result<TimerId, TransitionError> {
         let app = self.app().ok_or(TransitionError::NotARequest("given a timer"))?;
         Ok(self.ctx.set_timer(app, delay, name)?)
+    }
+
+    /// The session the transition's `let NAME = ...` bound, as the contract evaluated it (the
+    /// transition holds it if its guard or handles read it). None: the `let` is null (e.g. no
+    /// such session), not a session, or there is no such `let`.
+    pub fn session_var(&self, name: &str) -> Option<SessionId> {
+        let index = self.lets.iter().position(|l| l.name.name == name)?;
+        self.vars.session(index)
     }
 
     /// Resolves a session ID received as text (e.g. in a message body).

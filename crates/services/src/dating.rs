@@ -124,7 +124,8 @@ impl Handler for Dating {
                 let msr = sips.ok_or_else(|| err("no session"))?;
                 t.respond(200);
                 let caller = Self::session_attr(t, msr, "caller")?;
-                let peer = t.resolve(&t.event().payload()).ok_or_else(|| err("the peer ended meanwhile"))?;
+                // `p2t`, the session the suggestion names, as the contract bound it.
+                let peer = t.session_var("p2t").ok_or_else(|| err("the peer ended meanwhile"))?;
                 let peer_msr = Self::session_attr(t, peer, "msr")?;
                 t.set_attr(caller, "p2t", AttrValue::Session(peer))?;
                 t.set_attr(peer, "p2t", AttrValue::Session(caller))?;

@@ -28,7 +28,8 @@ impl Handler for Pairing {
             }
             "Pair" => {
                 let me = t.sips().ok_or_else(|| HandlerError("the message has no session".into()))?;
-                let peer = t.resolve(&t.event().payload()).ok_or_else(|| HandlerError("the peer ended meanwhile".into()))?;
+                // `p`, the session the suggestion names, as the contract bound it.
+                let peer = t.session_var("p").ok_or_else(|| HandlerError("the peer ended meanwhile".into()))?;
                 t.set_attr(me, "peer", AttrValue::Session(peer))?;
                 t.set_attr(peer, "peer", AttrValue::Session(me))?;
                 t.respond_with(200, &[], Some(Body::new("text/plain", peer.to_string())));
