@@ -10,28 +10,19 @@ use prometheus_client::registry::Registry;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tandem_sip::{Method, Transport};
 
-const METHODS: [&str; 15] = [
-    "INVITE",
-    "ACK",
-    "BYE",
-    "CANCEL",
-    "OPTIONS",
-    "REGISTER",
-    "PRACK",
-    "SUBSCRIBE",
-    "NOTIFY",
-    "PUBLISH",
-    "INFO",
-    "REFER",
-    "MESSAGE",
-    "UPDATE",
-    "other",
-];
+/// Method labels: the standard methods' names (`Method::STANDARD_NAMES`, by
+/// `Method::standard_index`), then "other" for extension methods.
+const METHODS: usize = Method::STANDARD_NAMES.len() + 1;
+
+fn method_label(index: usize) -> &'static str {
+    Method::STANDARD_NAMES.get(index).copied().unwrap_or("other")
+}
+
 const CLASSES: [&str; 7] = ["request", "1xx", "2xx", "3xx", "4xx", "5xx", "6xx"];
 /// The transports with a label of their own (`Transport::as_lowercase_str`); SCTP and unknown
 /// ones are counted under "tcp" (`Metrics::slot`).
 const TRANSPORTS: [Transport; 6] = [Transport::Udp, Transport::Tcp, Transport::Tls, Transport::Ws, Transport::Wss, Transport::InProc];
-const SLOTS: usize = METHODS.len() * CLASSES.len() * TRANSPORTS.len();
+const SLOTS: usize = METHODS * CLASSES.len() * TRANSPORTS.len();
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct MessageLabels {
@@ -155,7 +146,7 @@ impl Metrics {
 
     fn slots(family: &Family<MessageLabels, Counter>) -> Vec<Counter> {
         let mut v = Vec::with_capacity(SLOTS);
-        for method in METHODS {
+        for method in (0..METHODS).map(method_label) {
             for status_class in CLASSES {
                 for transport in TRANSPORTS.map(Transport::as_lowercase_str) {
                     v.push(family.get_or_create(&MessageLabels { method, status_class, transport }).clone());
@@ -166,8 +157,8 @@ impl Metrics {
     }
 
     fn slot(method: Option<&Method>, status: Option<u16>, transport: Transport) -> usize {
-        let label = method.map_or("other", Method::metric_label);
-        let m = METHODS.iter().position(|x| *x == label).unwrap_or(METHODS.len() - 1);
+        // By index: this runs for every message in and out.
+        let m = method.and_then(Method::standard_index).unwrap_or(METHODS - 1);
         let c = status.map_or(0, |s| usize::from(s / 100).clamp(1, 6));
         let t = TRANSPORTS.iter().position(|x| *x == transport).unwrap_or(1);
         (m * CLASSES.len() + c) * TRANSPORTS.len() + t

@@ -37,8 +37,8 @@ pub struct Compiled {
     direct_methods: Vec<(SmolStr, bool)>,
     /// The same for any other method: whether every transition that names no method is direct.
     direct_otherwise: bool,
-    /// [`Self::method_index`] of each of [`crate::event::METHOD_NAMES`], by its code.
-    method_index_by_code: [Option<usize>; crate::event::METHOD_NAMES.len()],
+    /// [`Self::method_index`] of the name of each method code (`Event::method_code`).
+    method_index_by_code: [Option<usize>; crate::event::METHOD_CODES],
     /// Every slot a [`SimpleNav::SipsAttr`] of some transition reads, once each: the engine's
     /// fast path reads them all in its one look at the message's session, before it knows
     /// which transition is enabled.
@@ -806,7 +806,8 @@ impl Compiled {
                 });
             }
         }
-        let method_index_by_code = crate::event::METHOD_NAMES.map(|name| direct_methods.iter().position(|(n, _)| n == name));
+        let method_index_by_code: [Option<usize>; crate::event::METHOD_CODES] =
+            std::array::from_fn(|code| direct_methods.iter().position(|(n, _)| n == crate::event::method_code_name(code)));
         let slot_keys: Vec<(usize, u64)> = slots.0.iter().map(|n| short_key(n)).collect();
         let slot_table = SlotTable::new(&slot_keys);
         let role_texts = machine.roles.iter().map(|r| SmolStr::new(&r.name.name)).collect();

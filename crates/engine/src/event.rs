@@ -1,52 +1,22 @@
 use bytes::Bytes;
 use std::ops::Deref;
 use tandem_container::{AppSessionId, Request, RequestKind, ResponseEvent, SessionId};
-use tandem_sip::{Flow, Message};
+use tandem_sip::{Flow, Message, Method};
 use tandem_transaction::ServerTxId;
 
-/// The names [`Event::method`] returns for standard methods and the other events, at their
-/// [`Event::method_code`].
-pub(crate) const METHOD_NAMES: [&str; 18] = [
-    "INVITE",
-    "ACK",
-    "BYE",
-    "CANCEL",
-    "OPTIONS",
-    "REGISTER",
-    "PRACK",
-    "SUBSCRIBE",
-    "NOTIFY",
-    "PUBLISH",
-    "INFO",
-    "REFER",
-    "MESSAGE",
-    "UPDATE",
-    "PROVISIONAL",
-    "OK",
-    "ERROR",
-    "TIMER",
-];
+/// What [`Event::method`] names besides the standard methods, at codes after theirs
+/// ([`Event::method_code`]).
+const EVENT_NAMES: [&str; 4] = ["PROVISIONAL", "OK", "ERROR", "TIMER"];
 
-/// A standard method's code (its name's place in [`METHOD_NAMES`]).
-fn request_method_code(m: &tandem_sip::Method) -> Option<usize> {
-    use tandem_sip::Method as M;
-    Some(match m {
-        M::Invite => 0,
-        M::Ack => 1,
-        M::Bye => 2,
-        M::Cancel => 3,
-        M::Options => 4,
-        M::Register => 5,
-        M::Prack => 6,
-        M::Subscribe => 7,
-        M::Notify => 8,
-        M::Publish => 9,
-        M::Info => 10,
-        M::Refer => 11,
-        M::Message => 12,
-        M::Update => 13,
-        M::Extension(_) => return None,
-    })
+/// How many codes [`Event::method_code`] has.
+pub(crate) const METHOD_CODES: usize = Method::STANDARD_NAMES.len() + EVENT_NAMES.len();
+
+/// The name [`Event::method`] returns for an event of method code `code`.
+pub(crate) fn method_code_name(code: usize) -> &'static str {
+    match Method::STANDARD_NAMES.get(code) {
+        Some(name) => name,
+        None => EVENT_NAMES[code - Method::STANDARD_NAMES.len()],
+    }
 }
 
 /// A message borrowed from the container, or owned (boxed: events move by value, through
@@ -154,16 +124,17 @@ impl<'m> Event<'m> {
         }
     }
 
-    /// [`Self::method`] as an index into [`METHOD_NAMES`], for the names it can be without
+    /// [`Self::method`] as a code ([`method_code_name`]), for the names it can be without
     /// comparing text; None for an extension method (or a request without one).
     pub(crate) fn method_code(&self) -> Option<usize> {
+        let standard = Method::STANDARD_NAMES.len();
         Some(match &self.trigger {
-            Trigger::Request { msg, .. } => return msg.method().and_then(request_method_code),
-            Trigger::Response { status, .. } if *status < 200 => 14,
-            Trigger::Response { status, .. } if *status < 300 => 15,
-            Trigger::Response { .. } => 16,
-            Trigger::Timer { .. } => 17,
-            Trigger::Cancelled => 3,
+            Trigger::Request { msg, .. } => return msg.method().and_then(Method::standard_index),
+            Trigger::Response { status, .. } if *status < 200 => standard,
+            Trigger::Response { status, .. } if *status < 300 => standard + 1,
+            Trigger::Response { .. } => standard + 2,
+            Trigger::Timer { .. } => standard + 3,
+            Trigger::Cancelled => Method::Cancel.standard_index()?,
         })
     }
 
@@ -215,12 +186,14 @@ mod tests {
 
     #[test]
     fn method_codes_name_what_method_returns() {
-        for name in METHOD_NAMES.iter().chain(&["FOO", "PROVISIONAL"]) {
-            let m = tandem_sip::Method::from_name(name);
-            match request_method_code(&m) {
-                Some(code) => assert_eq!(METHOD_NAMES[code], m.metric_label(), "{name}"),
-                None => assert!(matches!(m, tandem_sip::Method::Extension(_)), "{name}"),
-            }
+        for code in 0..Method::STANDARD_NAMES.len() {
+            let m = Method::from_name(method_code_name(code));
+            assert_eq!(m.standard_index(), Some(code));
+            assert_eq!(m.metric_label(), method_code_name(code));
         }
+        for name in EVENT_NAMES.iter().chain(&["FOO"]) {
+            assert_eq!(Method::from_name(name).standard_index(), None, "{name}");
+        }
+        assert_eq!(METHOD_CODES, 18);
     }
 }

@@ -81,23 +81,47 @@ impl Method {
 
     /// A short label for metrics: extension methods are folded into one label.
     pub fn metric_label(&self) -> &'static str {
-        match self {
-            Method::Invite => "INVITE",
-            Method::Ack => "ACK",
-            Method::Bye => "BYE",
-            Method::Cancel => "CANCEL",
-            Method::Options => "OPTIONS",
-            Method::Register => "REGISTER",
-            Method::Prack => "PRACK",
-            Method::Subscribe => "SUBSCRIBE",
-            Method::Notify => "NOTIFY",
-            Method::Publish => "PUBLISH",
-            Method::Info => "INFO",
-            Method::Refer => "REFER",
-            Method::Message => "MESSAGE",
-            Method::Update => "UPDATE",
-            Method::Extension(_) => "other",
-        }
+        self.standard_index().map_or("other", |i| Method::STANDARD_NAMES[i])
+    }
+
+    /// The standard methods' names, each at its [`Method::standard_index`].
+    pub const STANDARD_NAMES: [&'static str; 14] = [
+        "INVITE",
+        "ACK",
+        "BYE",
+        "CANCEL",
+        "OPTIONS",
+        "REGISTER",
+        "PRACK",
+        "SUBSCRIBE",
+        "NOTIFY",
+        "PUBLISH",
+        "INFO",
+        "REFER",
+        "MESSAGE",
+        "UPDATE",
+    ];
+
+    /// A standard method's place in [`Method::STANDARD_NAMES`] (for tables indexed by method);
+    /// None for an extension method.
+    pub fn standard_index(&self) -> Option<usize> {
+        Some(match self {
+            Method::Invite => 0,
+            Method::Ack => 1,
+            Method::Bye => 2,
+            Method::Cancel => 3,
+            Method::Options => 4,
+            Method::Register => 5,
+            Method::Prack => 6,
+            Method::Subscribe => 7,
+            Method::Notify => 8,
+            Method::Publish => 9,
+            Method::Info => 10,
+            Method::Refer => 11,
+            Method::Message => 12,
+            Method::Update => 13,
+            Method::Extension(_) => return None,
+        })
     }
 }
 
