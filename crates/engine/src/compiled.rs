@@ -476,6 +476,8 @@ impl SimpleNav {
 pub enum CompileError {
     #[error("the contract has no initial state")]
     NoInitialState,
+    #[error("the handler has no arm for transition {0}")]
+    NoArm(String),
 }
 
 /// Names to slots, while compiling.

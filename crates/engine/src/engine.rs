@@ -1,6 +1,6 @@
 //! The machine service: events in, negotiation, one handler arm, commit, release.
 
-use crate::compiled::{Compiled, MsgText, Operand, PayloadNav, PayloadView, SimpleNav, Step, ROLE_SLOT, STATE_SLOT};
+use crate::compiled::{CompileError, Compiled, MsgText, Operand, PayloadNav, PayloadView, SimpleNav, Step, ROLE_SLOT, STATE_SLOT};
 use crate::eval::{eval, nav_value, Env, Need, Value, Vars};
 use crate::event::{Event, Trigger};
 use crate::locks::{Acquire, Key, LockTable, Ticket, GLOBAL};
@@ -13,7 +13,7 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
-use tandem_container::{AppSessionId, Context, Request, ResponseEvent, Service, SessionCell, SessionId, SipSession, TimerId, UaProfile};
+use tandem_container::{AppSessionId, Context, Request, ResponseEvent, Service, SessionId, SipSession, TimerId, UaProfile};
 use tandem_contract::ast::NavRoot;
 
 /// How a service's transitions acquire their sessions.
@@ -56,8 +56,54 @@ impl From<crate::transition::TransitionError> for HandlerError {
 }
 
 /// The business logic: one arm per transition (the paper's `doTransition`).
+///
+/// Each of the contract's transitions is mapped to an arm once, when the service is built
+/// ([`Self::arm`]; a transition without one is refused then, [`CompileError::NoArm`]), so a
+/// message runs its arm without comparing names. [`crate::arms!`] declares an enum of the
+/// transitions' names to serve as `Arm`.
 pub trait Handler: Send + Sync + 'static {
-    fn do_transition(&self, name: &str, t: &mut Transition<'_, '_>) -> Result<(), HandlerError>;
+    type Arm: Copy + Send + Sync + 'static;
+    /// The arm that runs transition `name`; None: the handler has none.
+    fn arm(&self, name: &str) -> Option<Self::Arm>;
+    fn do_transition(&self, arm: Self::Arm, t: &mut Transition<'_, '_>) -> Result<(), HandlerError>;
+}
+
+/// Declares an enum of a contract's transition names, to be a [`Handler::Arm`]:
+/// `from_name` maps a name to its variant, `name` the other way.
+///
+/// ```
+/// tandem_engine::arms! {
+///     /// The pairing contract's transitions.
+///     pub enum PairingArm { Join, Pair, Busy, Late, Hangup }
+/// }
+/// assert_eq!(PairingArm::from_name("Pair"), Some(PairingArm::Pair));
+/// assert_eq!(PairingArm::Hangup.name(), "Hangup");
+/// assert_eq!(PairingArm::from_name("Lost"), None);
+/// ```
+#[macro_export]
+macro_rules! arms {
+    ($(#[$meta:meta])* $vis:vis enum $name:ident { $($arm:ident),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        $vis enum $name { $($arm),+ }
+
+        impl $name {
+            /// The variant named `name` (a transition's name in the contract).
+            pub fn from_name(name: &str) -> Option<Self> {
+                match name {
+                    $(stringify!($arm) => Some(Self::$arm),)+
+                    _ => None,
+                }
+            }
+
+            /// The transition's name.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Self::$arm => stringify!($arm),)+
+                }
+            }
+        }
+    };
 }
 
 /// A negotiation in progress: the event, what it holds and what it still has to acquire.
@@ -95,40 +141,26 @@ impl Negotiation<'_> {
     }
 }
 
-/// What the fast path (`MachineService::fast_select`) selected, before taking any lock.
+/// What the fast path (`MachineService::fast_select`) selected, before taking any lock. What
+/// it read and the sessions to lock are written in place (the negotiation's `held` and a
+/// record on `begin`'s stack): moving them through a returned record was a visible share of
+/// the engine's cost per message.
 struct Fast {
     /// None: the message enables nothing (absorbed).
     transition: Option<usize>,
-    /// The sessions it read (the message's, then its state holder if that is another, then
-    /// the payload's), each with its cell and the attributes' generation it saw.
-    read: smallvec::SmallVec<[(SessionId, SessionCell, u64); 3]>,
     holder: Option<SessionId>,
-    /// The sessions to lock: the message's, the handles' and moves', the state holder (and a
-    /// payload session whose state was read).
-    keys: SortedSet<Key>,
     /// The message's session's application session.
     app: Option<AppSessionId>,
     /// The transition's `let` (`session(msg.payl)`), if it has one.
     vars: Vars,
-    /// What the arm may touch, when it is less than `keys`.
-    needed: Option<SortedSet<Key>>,
-    /// The payload named a session that does not exist (recorded as read, as missing).
-    missing: Option<SessionId>,
+    /// A session locked (its state was read) that the arm may not touch.
+    unneeded: Option<Key>,
 }
 
 impl Fast {
     /// A message whose session is gone: nothing read, nothing to hold.
     fn absorbed() -> Fast {
-        Fast {
-            transition: None,
-            read: smallvec::SmallVec::new(),
-            holder: None,
-            keys: SortedSet::new(),
-            app: None,
-            vars: Vars::default(),
-            needed: None,
-            missing: None,
-        }
+        Fast { transition: None, holder: None, app: None, vars: Vars::default(), unneeded: None }
     }
 }
 
@@ -140,30 +172,25 @@ struct PayloadRead {
     place: Option<Option<usize>>,
     /// Its attributes in [`Compiled::payload_nav_slots`] that name sessions.
     attrs: smallvec::SmallVec<[(usize, SessionId); 2]>,
-    /// The ID it named, when no such session exists.
-    missing: Option<SessionId>,
 }
 
-/// Reads the session `session(msg.payl)` names (pushing it onto `read`) in one locked look: its
+/// Reads the session `session(msg.payl)` names (recording it in `reads`) in one locked look: its
 /// state from its memo, and the attributes payload handles traverse. None: the fast path
 /// cannot decide (a session it already read, one removed meanwhile, or another service's).
-fn read_payload(
-    ctx: &mut Context<'_>,
-    compiled: &Compiled,
-    event: &Event<'_>,
-    read: &mut smallvec::SmallVec<[(SessionId, SessionCell, u64); 3]>,
-) -> Option<PayloadRead> {
+fn read_payload(ctx: &mut Context<'_>, compiled: &Compiled, event: &Event<'_>, reads: &mut Reads) -> Option<PayloadRead> {
     // The ID as `session(msg.payl)` parses it; whether it exists is read below.
     let Value::Session(id) = payload_session(event, |text| text.parse().map_or(Value::Null, Value::Session)) else {
-        return Some(PayloadRead { var: None, place: None, attrs: smallvec::SmallVec::new(), missing: None });
+        return Some(PayloadRead { var: None, place: None, attrs: smallvec::SmallVec::new() });
     };
     // The message's own session or its holder: left to the general path (rare; e.g. a
     // suggestion naming the caller itself).
-    if read.iter().any(|(r, _, _)| *r == id) {
+    if reads.cell(id).is_some() {
         return None;
     }
     let Some(cell) = ctx.session(id) else {
-        return Some(PayloadRead { var: None, place: None, attrs: smallvec::SmallVec::new(), missing: Some(id) });
+        // Recorded as read, as missing (IDs are not reused: it stays so).
+        reads.record_missing(id);
+        return Some(PayloadRead { var: None, place: None, attrs: smallvec::SmallVec::new() });
     };
     let s = cell.lock();
     // A memo is in its service's encoding: another service's session is read by name.
@@ -179,8 +206,8 @@ fn read_payload(
     }
     let generation = s.attributes.generation();
     drop(s);
-    read.push((id, cell, generation));
-    Some(PayloadRead { var: Some(id), place, attrs, missing: None })
+    reads.record(id, cell, generation);
+    Some(PayloadRead { var: Some(id), place, attrs })
 }
 
 /// An evaluation made without locks: its outcome, what it read, and the sessions it asked for.
@@ -206,6 +233,8 @@ pub struct MachineService<H: Handler> {
     handler: H,
     negotiator: Negotiator,
     locks: LockTable<Box<Negotiation<'static>>>,
+    /// The handler's arm for each transition (by index).
+    arms: Vec<H::Arm>,
     stats: ServiceStats,
     names: Vec<String>,
     next_ticket: AtomicU64,
@@ -247,9 +276,16 @@ struct Chosen {
 }
 
 impl<H: Handler> MachineService<H> {
-    pub fn new(name: &str, compiled: Compiled, handler: H, negotiator: Negotiator, ua: Option<UaProfile>) -> Arc<Self> {
+    pub fn new(
+        name: &str,
+        compiled: Compiled,
+        handler: H,
+        negotiator: Negotiator,
+        ua: Option<UaProfile>,
+    ) -> Result<Arc<Self>, CompileError> {
         let names: Vec<String> = compiled.machine.transitions.iter().map(|t| t.name.name.clone()).collect();
-        Arc::new_cyclic(|me| MachineService {
+        let arms = names.iter().map(|n| handler.arm(n).ok_or_else(|| CompileError::NoArm(n.clone()))).collect::<Result<_, _>>()?;
+        Ok(Arc::new_cyclic(|me| MachineService {
             me: me.clone(),
             name: name.to_string(),
             stats: ServiceStats::new(names.len()),
@@ -258,12 +294,13 @@ impl<H: Handler> MachineService<H> {
             handler,
             negotiator,
             locks: LockTable::default(),
+            arms,
             next_ticket: AtomicU64::new(1),
             ua,
             in_progress: dashmap::DashMap::default(),
             queued_sessions: AtomicUsize::new(0),
             verify_direct: AtomicBool::new(false),
-        })
+        }))
     }
 
     pub fn negotiator(&self) -> Negotiator {
@@ -380,11 +417,13 @@ impl<H: Handler> MachineService<H> {
             owns_queue,
         };
         if self.negotiator == Negotiator::SingleAssign {
-            if let Some(fast) = self.fast_select(ctx, &neg.event) {
-                if self.run_fast(ctx, &mut neg, fast) {
+            let mut reads = Reads::default();
+            if let Some(fast) = self.fast_select(ctx, &neg.event, &mut neg.held, &mut reads) {
+                if self.run_fast(ctx, &mut neg, fast, &mut reads) {
                     return;
                 }
             }
+            neg.held.clear();
         }
         self.begin_general(ctx, neg);
     }
@@ -400,11 +439,16 @@ impl<H: Handler> MachineService<H> {
     /// nothing (no transition, or its session is gone). None: not such a message, or not such
     /// a state (a memo not set or stale, a candidate that is not simple, several transitions
     /// enabled) — the general path decides it.
-    fn fast_select(&self, ctx: &mut Context<'_>, event: &Event<'_>) -> Option<Fast> {
+    ///
+    /// The sessions it read go to `reads` (each with its cell and the attributes' generation
+    /// it saw: the message's, then its state holder if that is another, then the payload's),
+    /// the sessions to lock to `keys` (the message's, the handles' and moves', the state
+    /// holder, and a payload session whose state was read); both are left partly filled when
+    /// it returns None.
+    fn fast_select(&self, ctx: &mut Context<'_>, event: &Event<'_>, keys: &mut SortedSet<Key>, reads: &mut Reads) -> Option<Fast> {
         let compiled = &self.compiled;
         let method = event.method();
         let method_index = compiled.event_method_index(event);
-        let mut read: smallvec::SmallVec<[(SessionId, SessionCell, u64); 3]> = smallvec::SmallVec::new();
         let mut targets: smallvec::SmallVec<[(usize, Operand); 4]> = smallvec::SmallVec::new();
         let mut app = None;
         // The candidates, `msg.sips.role`, the state holder.
@@ -447,7 +491,7 @@ impl<H: Handler> MachineService<H> {
                 app = Some(s.app);
                 let generation = s.attributes.generation();
                 drop(s);
-                read.push((id, cell, generation));
+                reads.record(id, cell, generation);
                 let (candidates, role, via) = found;
                 match via {
                     None => (candidates, Some(Some(role)), Some(id)),
@@ -459,7 +503,7 @@ impl<H: Handler> MachineService<H> {
                         let memo = s.attributes.memo().filter(|_| !s.is_removed())?;
                         let generation = s.attributes.generation();
                         drop(s);
-                        read.push((h, cell, generation));
+                        reads.record(h, cell, generation);
                         (memo_candidates(compiled, memo).1, Some(Some(role)), Some(h))
                     }
                 }
@@ -483,7 +527,7 @@ impl<H: Handler> MachineService<H> {
                 (Some(guard), Some(_), _) => guard.holds(sips_role, &text),
                 (_, _, Some(p)) => {
                     if payload.is_none() {
-                        payload = Some(read_payload(ctx, compiled, event, &mut read)?);
+                        payload = Some(read_payload(ctx, compiled, event, reads)?);
                     }
                     let found = payload.as_ref()?;
                     let sips = match event.session {
@@ -501,7 +545,6 @@ impl<H: Handler> MachineService<H> {
         }
         let transition = chosen;
         let program = transition.map(|t| compiled.program(t));
-        let mut keys = SortedSet::new();
         if let Some(id) = event.session {
             keys.insert(key(id));
         }
@@ -544,9 +587,9 @@ impl<H: Handler> MachineService<H> {
         if let Some(h) = holder {
             keys.insert(key(h));
         }
-        // What the arm may touch (`needed`) is what the handles traverse and the state holder;
-        // the evaluator also locks `v` if it read its state (its lock makes the state stable).
-        let mut needed = None;
+        // What the arm may touch is what the handles traverse and the state holder; the
+        // evaluator also locks `v` if it read its state (its lock makes the state stable).
+        let mut unneeded = None;
         let mut vars = Vars::default();
         if let Some(found) = &payload {
             let chosen = program.and_then(|p| p.payload.as_ref());
@@ -557,18 +600,17 @@ impl<H: Handler> MachineService<H> {
             // was chosen: the choice depends on it) or the chosen one's handles read it.
             let read_attr = chosen.is_some_and(|p| p.navs.iter().any(|n| matches!(n, PayloadNav::VarAttr(_))));
             if let Some(v) = found.var.filter(|v| (state_read || read_attr) && !keys.contains(&key(*v))) {
-                needed = Some(keys.clone());
                 keys.insert(key(v));
+                unneeded = Some(key(v));
             }
         }
-        let missing = payload.as_ref().and_then(|p| p.missing);
-        Some(Fast { transition, read, holder, keys, app, vars, needed, missing })
+        Some(Fast { transition, holder, app, vars, unneeded })
     }
 
     /// Takes the fast path's locks, checks that nothing it read changed meanwhile, and runs
     /// the transition. False when a lock is busy or a session changed: the locks it took are
     /// released and the general path decides (and waits, in order).
-    fn run_fast(&self, ctx: &mut Context<'_>, neg: &mut Negotiation<'_>, fast: Fast) -> bool {
+    fn run_fast(&self, ctx: &mut Context<'_>, neg: &mut Negotiation<'_>, fast: Fast, reads: &mut Reads) -> bool {
         let verify = self.verify_direct.load(Relaxed);
         // A message that enables nothing is absorbed without locks: it changes nothing, and
         // what it was decided on (the role and state of a memo still valid, i.e. as the last
@@ -576,22 +618,22 @@ impl<H: Handler> MachineService<H> {
         // execution was in, so it is as if it had come just before whichever transition
         // holds the sessions now. (Its session's earlier messages are all done: `start`.)
         // Checked like a selection when verifying, under the locks.
-        if fast.transition.is_none() && (!verify || fast.read.is_empty()) {
+        if fast.transition.is_none() && (!verify || !reads.any_session()) {
             self.stats.fast.fetch_add(1, Relaxed);
+            // Nothing was taken.
+            neg.held.clear();
             self.absorb(ctx, neg);
             return true;
         }
         let mut taken = 0;
-        for &k in fast.keys.iter() {
+        for &k in neg.held.iter() {
             if !self.locks.try_take(k, neg.ticket) {
                 break;
             }
             taken += 1;
         }
-        let fresh =
-            taken == fast.keys.len() && fast.read.iter().all(|(_, cell, generation)| crate::reads::unchanged_since(cell, *generation));
-        if !fresh {
-            for &k in fast.keys.iter().take(taken) {
+        if taken != neg.held.len() || !reads.sessions_unchanged() {
+            for &k in neg.held.iter().take(taken) {
                 self.release_key(ctx, k, neg.ticket);
             }
             return false;
@@ -599,36 +641,37 @@ impl<H: Handler> MachineService<H> {
         if neg.event.app.is_none() && matches!(neg.event.trigger, Trigger::Request { .. }) {
             neg.event.app = fast.app;
         }
-        let mut reads = Reads::default();
-        for (id, cell, generation) in fast.read {
-            reads.record(id, cell, generation);
-        }
-        if let Some(id) = fast.missing {
-            reads.record_missing(id);
-        }
-        // What the handles traverse and the state holder are what it holds.
-        neg.held = fast.keys;
         self.stats.fast.fetch_add(1, Relaxed);
         let Some(transition) = fast.transition else {
             // Verifying an absorption (see above): the same outcome, keys and record as the
             // general prediction, under the locks.
-            let p = Prediction { outcome: Outcome::Absorb, reads, keys: neg.held.clone(), direct: true };
+            let p = Prediction { outcome: Outcome::Absorb, reads: std::mem::take(reads), keys: neg.held.clone(), direct: true };
             self.verify(ctx, neg, &p);
             self.absorb(ctx, neg);
             return true;
         };
+        // What the arm may touch: what the handles traverse and the state holder, which is
+        // what it holds but for a session whose state only a guard read.
+        let needed = |held: &SortedSet<Key>| {
+            let mut needed = held.clone();
+            if let Some(k) = fast.unneeded {
+                needed.remove(&k);
+            }
+            needed
+        };
         if verify {
-            let needed = fast.needed.unwrap_or_else(|| neg.held.clone());
-            let chosen = Chosen { transition, vars: fast.vars, needed, holder: fast.holder };
-            let p = Prediction { outcome: Outcome::Run(chosen), reads, keys: neg.held.clone(), direct: true };
+            let chosen = Chosen { transition, vars: fast.vars, needed: needed(&neg.held), holder: fast.holder };
+            let p = Prediction { outcome: Outcome::Run(chosen), reads: std::mem::take(reads), keys: neg.held.clone(), direct: true };
             self.verify(ctx, neg, &p);
             if let Prediction { outcome: Outcome::Run(chosen), reads, .. } = p {
                 self.run(ctx, neg, chosen, &reads);
             }
             return true;
         }
-        let allowed = fast.needed.as_ref().unwrap_or(&neg.held);
-        self.run_with(ctx, neg, transition, &fast.vars, fast.holder, allowed, &reads);
+        match fast.unneeded {
+            None => self.run_with(ctx, neg, transition, &fast.vars, fast.holder, &neg.held, reads),
+            Some(_) => self.run_with(ctx, neg, transition, &fast.vars, fast.holder, &needed(&neg.held), reads),
+        }
         true
     }
 
@@ -1017,7 +1060,7 @@ impl<H: Handler> MachineService<H> {
         // every handler call anyway.
         let started = neg.ticket.is_multiple_of(HANDLER_TIME_SAMPLE).then(Instant::now);
         let mut tr = Transition::new(ctx, &self.compiled, &neg.event, allowed, reads, &t.lets, vars);
-        let result = self.handler.do_transition(&t.name.name, &mut tr);
+        let result = self.handler.do_transition(self.arms[transition], &mut tr);
         let done = tr.finish();
         let stats = &self.stats.transitions[transition];
         match result {

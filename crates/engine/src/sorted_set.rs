@@ -46,6 +46,10 @@ impl<T: Ord + Copy> SortedSet<T> {
         }
     }
 
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+
     pub fn len(&self) -> usize {
         self.0.len()
     }

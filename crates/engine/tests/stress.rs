@@ -60,22 +60,32 @@ struct Pairing {
     poke: bool,
 }
 
+tandem_engine::arms! {
+    enum Arm { Join, Pair, Busy, Late, Hangup }
+}
+
 impl Handler for Pairing {
-    fn do_transition(&self, name: &str, t: &mut Transition<'_, '_>) -> Result<(), HandlerError> {
-        if name == "Busy" && self.poke {
+    type Arm = Arm;
+
+    fn arm(&self, name: &str) -> Option<Arm> {
+        Arm::from_name(name)
+    }
+
+    fn do_transition(&self, arm: Arm, t: &mut Transition<'_, '_>) -> Result<(), HandlerError> {
+        if arm == Arm::Busy && self.poke {
             if let Some(other) = t.resolve(&t.event().payload()).filter(|o| Some(*o) != t.sips()) {
                 t.set_attr(other, "poked", AttrValue::Bool(true))?;
                 panic!("the engine let a transition write to a session it did not acquire");
             }
         }
-        match name {
-            "Join" => {
+        match arm {
+            Arm::Join => {
                 let me = t.accept()?;
                 t.set_role(me, "Party")?;
                 t.set_attr(me, "pairings", AttrValue::Int(0))?;
                 t.answer(me, 200, None)?;
             }
-            "Pair" => {
+            Arm::Pair => {
                 let me = t.sips().ok_or_else(|| HandlerError("no session".into()))?;
                 let peer = t.resolve(&t.event().payload()).ok_or_else(|| HandlerError("peer vanished".into()))?;
                 for (a, b) in [(me, peer), (peer, me)] {
@@ -88,7 +98,7 @@ impl Handler for Pairing {
                 }
                 t.respond(200);
             }
-            _ => t.respond(200),
+            Arm::Busy | Arm::Late | Arm::Hangup => t.respond(200),
         }
         Ok(())
     }
@@ -109,7 +119,7 @@ struct Sim {
 
 fn start(executors: usize, negotiator: Negotiator, seed: u64, poke: bool) -> Sim {
     let machine = tandem_contract::parse(PAIRING).expect("pairing contract parses");
-    let service = MachineService::new("pairing", Compiled::new(machine).unwrap(), Pairing { poke }, negotiator, None);
+    let service = MachineService::new("pairing", Compiled::new(machine).unwrap(), Pairing { poke }, negotiator, None).unwrap();
     let services = Arc::new(Services::new(vec![("pairing".to_string(), service.clone() as Arc<dyn Service>)]));
     let store = Arc::new(SessionStore::default());
     let metrics = Arc::new(Metrics::new(executors));
@@ -351,4 +361,25 @@ fn single_assign_negotiator_under_contention() {
         reevaluated += run_with(Negotiator::SingleAssign, 3, 8, 60, seed, false).reevaluations();
     }
     eprintln!("predictions evaluated again: {reevaluated}");
+}
+
+/// A handler without an arm for one of the contract's transitions is refused when the service
+/// is built, not when that transition first runs.
+#[test]
+fn a_transition_without_an_arm_is_refused_at_build_time() {
+    struct NoHangup;
+    impl Handler for NoHangup {
+        type Arm = Arm;
+        fn arm(&self, name: &str) -> Option<Arm> {
+            Arm::from_name(name).filter(|a| *a != Arm::Hangup)
+        }
+        fn do_transition(&self, _: Arm, _: &mut Transition<'_, '_>) -> Result<(), HandlerError> {
+            Ok(())
+        }
+    }
+    let machine = tandem_contract::parse(PAIRING).expect("pairing contract parses");
+    match MachineService::new("pairing", Compiled::new(machine).unwrap(), NoHangup, Negotiator::SingleAssign, None) {
+        Err(e) => assert_eq!(e.to_string(), "the handler has no arm for transition Hangup"),
+        Ok(_) => panic!("a handler without an arm for Hangup was accepted"),
+    }
 }

@@ -68,12 +68,23 @@ impl Dating {
     }
 }
 
+tandem_engine::arms! {
+    /// The transitions of `services/dating.machine`.
+    pub enum Arm { T1, T2, T3, T4, T5, T6, T7, T8, T9, T10, T11, T12, T13, T14, T15, T16, T17, T18, T19, T20 }
+}
+
 impl Handler for Dating {
-    fn do_transition(&self, name: &str, t: &mut Transition<'_, '_>) -> Result<(), HandlerError> {
+    type Arm = Arm;
+
+    fn arm(&self, name: &str) -> Option<Arm> {
+        Arm::from_name(name)
+    }
+
+    fn do_transition(&self, arm: Arm, t: &mut Transition<'_, '_>) -> Result<(), HandlerError> {
         let sips = t.sips();
-        match name {
+        match arm {
             // Caller?INVITE: create the media leg, invite it with the caller's session ID.
-            "T1" => {
+            Arm::T1 => {
                 let offer = t.event().body();
                 let caller = t.accept()?;
                 t.set_role(caller, "Caller")?;
@@ -85,42 +96,42 @@ impl Handler for Dating {
                 t.invite(msr, Some(Body::new("text/plain", caller.to_string())))?;
             }
             // Msr?OK: answer the caller with the media service's SDP.
-            "T2" => {
+            Arm::T2 => {
                 let msr = sips.ok_or_else(|| err("no session"))?;
                 let caller = Self::session_attr(t, msr, "caller")?;
                 let answer = t.event().body();
                 t.answer(caller, 200, Some(Body::new(SDP, answer)))?;
             }
             // Caller?CANCEL (the container answered 200 and 487): drop the media leg.
-            "T3" => {
+            Arm::T3 => {
                 let caller = sips.ok_or_else(|| err("no session"))?;
                 let msr = Self::session_attr(t, caller, "msr")?;
                 t.cancel(msr)?;
             }
             // Caller?ACK: the media leg was acknowledged by the container already.
-            "T4" | "T8" | "T12" | "T16" => {}
+            Arm::T4 | Arm::T8 | Arm::T12 | Arm::T16 => {}
             // The caller never acknowledged our 200 and the container's BYE was answered or
             // failed: end the media leg too.
-            "T20" => {
+            Arm::T20 => {
                 let caller = sips.ok_or_else(|| err("no session"))?;
                 let msr = Self::session_attr(t, caller, "msr")?;
                 t.bye(msr)?;
             }
             // Caller?BYE before pairing: end both legs.
-            "T5" | "T15" => {
+            Arm::T5 | Arm::T15 => {
                 let caller = sips.ok_or_else(|| err("no session"))?;
                 t.respond(200);
                 let msr = Self::session_attr(t, caller, "msr")?;
                 t.bye(msr)?;
             }
             // Msr?MESSAGE(peer) with the peer unavailable: tell the media service.
-            "T6" => {
+            Arm::T6 => {
                 let msr = sips.ok_or_else(|| err("no session"))?;
                 t.respond(200);
                 t.send(msr, Method::Message, Some(Body::new("text/plain", &b"unavailable"[..])))?;
             }
             // Msr?MESSAGE(peer) with the peer talking to its media service: pair them.
-            "T7" => {
+            Arm::T7 => {
                 let msr = sips.ok_or_else(|| err("no session"))?;
                 t.respond(200);
                 let caller = Self::session_attr(t, msr, "caller")?;
@@ -136,38 +147,37 @@ impl Handler for Dating {
                 t.bye(peer_msr)?;
             }
             // Msr?MESSAGE after pairing, Caller?BYE crossing ours: just answer.
-            "T9" | "T13" => t.respond(200),
+            Arm::T9 | Arm::T13 => t.respond(200),
             // Msr?ERROR while inviting it: the caller's call fails.
-            "T10" => {
+            Arm::T10 => {
                 let msr = sips.ok_or_else(|| err("no session"))?;
                 let caller = Self::session_attr(t, msr, "caller")?;
                 let status = t.event().status().max(500);
                 t.answer(caller, status, None)?;
             }
             // Caller?BYE while talking to the peer, or while being paired: hang up the peer.
-            "T11" | "T14" => {
+            Arm::T11 | Arm::T14 => {
                 let caller = sips.ok_or_else(|| err("no session"))?;
                 t.respond(200);
                 let peer = Self::session_attr(t, caller, "p2t")?;
                 t.bye(peer)?;
             }
             // The media service failed or hung up before pairing: hang up the caller.
-            "T17" | "T18" => {
+            Arm::T17 | Arm::T18 => {
                 let msr = sips.ok_or_else(|| err("no session"))?;
-                if name == "T18" {
+                if arm == Arm::T18 {
                     t.respond(200);
                 }
                 let caller = Self::session_attr(t, msr, "caller")?;
                 t.bye(caller)?;
             }
             // The caller rejected the re-INVITE that connects the peer: end both calls.
-            "T19" => {
+            Arm::T19 => {
                 let caller = sips.ok_or_else(|| err("no session"))?;
                 let peer = Self::session_attr(t, caller, "p2t")?;
                 t.bye(caller)?;
                 t.bye(peer)?;
             }
-            other => return Err(err(&format!("no arm for transition {other}"))),
         }
         Ok(())
     }
@@ -192,7 +202,7 @@ pub fn dating_service(config: &DatingConfig, negotiator: Negotiator) -> Result<A
         _ => return Err(DatingError::Contract(tandem_contract::render_all(&diagnostics, "dating.machine", DATING_CONTRACT))),
     };
     let media_uri = format!("sip:media@{}", media.addr);
-    Ok(MachineService::new("dating", Compiled::new(machine)?, Dating { media, media_uri }, negotiator, Some(PROFILE)))
+    Ok(MachineService::new("dating", Compiled::new(machine)?, Dating { media, media_uri }, negotiator, Some(PROFILE))?)
 }
 
 #[cfg(test)]

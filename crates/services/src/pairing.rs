@@ -18,15 +18,26 @@ static PROFILE: UaProfile = UaProfile {
 
 pub struct Pairing;
 
+tandem_engine::arms! {
+    /// The transitions of `services/pairing.machine`.
+    pub enum Arm { Join, Pair, Busy, Late, Hangup }
+}
+
 impl Handler for Pairing {
-    fn do_transition(&self, name: &str, t: &mut Transition<'_, '_>) -> Result<(), HandlerError> {
-        match name {
-            "Join" => {
+    type Arm = Arm;
+
+    fn arm(&self, name: &str) -> Option<Arm> {
+        Arm::from_name(name)
+    }
+
+    fn do_transition(&self, arm: Arm, t: &mut Transition<'_, '_>) -> Result<(), HandlerError> {
+        match arm {
+            Arm::Join => {
                 let me = t.accept()?;
                 t.set_role(me, "Party")?;
                 t.answer(me, 200, Some(Body::new("text/plain", me.to_string())))?;
             }
-            "Pair" => {
+            Arm::Pair => {
                 let me = t.sips().ok_or_else(|| HandlerError("the message has no session".into()))?;
                 // `p`, the session the suggestion names, as the contract bound it.
                 let peer = t.session_var("p").ok_or_else(|| HandlerError("the peer ended meanwhile".into()))?;
@@ -34,9 +45,8 @@ impl Handler for Pairing {
                 t.set_attr(peer, "peer", AttrValue::Session(me))?;
                 t.respond_with(200, &[], Some(Body::new("text/plain", peer.to_string())));
             }
-            "Busy" => t.respond_with(200, &[], Some(Body::new("text/plain", &b"busy"[..]))),
-            "Late" | "Hangup" => t.respond(200),
-            other => return Err(HandlerError(format!("no arm for transition {other}"))),
+            Arm::Busy => t.respond_with(200, &[], Some(Body::new("text/plain", &b"busy"[..]))),
+            Arm::Late | Arm::Hangup => t.respond(200),
         }
         Ok(())
     }
@@ -57,7 +67,7 @@ pub fn pairing_service(negotiator: Negotiator) -> Result<Arc<MachineService<Pair
         Some(m) if !tandem_contract::has_errors(&diagnostics) => m,
         _ => return Err(PairingError::Contract(tandem_contract::render_all(&diagnostics, "pairing.machine", PAIRING_CONTRACT))),
     };
-    Ok(MachineService::new("pairing", Compiled::new(machine)?, Pairing, negotiator, Some(PROFILE)))
+    Ok(MachineService::new("pairing", Compiled::new(machine)?, Pairing, negotiator, Some(PROFILE))?)
 }
 
 #[cfg(test)]
