@@ -7,29 +7,6 @@ use crate::diagnostic::Diagnostic;
 use crate::nondet;
 use crate::util::{closest, quote_list};
 
-/// SIP methods (and response / event types) that `msg.method` is commonly compared with. Other
-/// all-uppercase tokens are accepted too (extension methods); other spellings draw a warning.
-const KNOWN_METHODS: &[&str] = &[
-    "INVITE",
-    "ACK",
-    "BYE",
-    "CANCEL",
-    "OPTIONS",
-    "REGISTER",
-    "PRACK",
-    "SUBSCRIBE",
-    "NOTIFY",
-    "PUBLISH",
-    "INFO",
-    "REFER",
-    "MESSAGE",
-    "UPDATE",
-    "OK",
-    "PROVISIONAL",
-    "ERROR",
-    "TIMER",
-];
-
 /// Checks a machine. Returns errors and warnings, sorted by position; the machine is valid
 /// when none is an error ([`crate::has_errors`]).
 pub fn check(machine: &Machine) -> Vec<Diagnostic> {
@@ -587,7 +564,10 @@ impl<'m> Checker<'m> {
                 if !upper {
                     let d = self.warning(format!("`{name}` does not look like a SIP method"), span);
                     d.notes.push("methods are case-sensitive and uppercase (INVITE, ACK, BYE, ...); responses are OK, PROVISIONAL and ERROR; timers TIMER".into());
-                    if let Some(s) = closest(name, KNOWN_METHODS.iter().copied()) {
+                    // The methods and events it is commonly compared with; other all-uppercase tokens
+                    // are accepted too (extension methods).
+                    let known = tandem_sip::Method::STANDARD_NAMES.iter().chain(&crate::EVENT_METHODS).copied();
+                    if let Some(s) = closest(name, known) {
                         d.notes.push(format!("did you mean `{s}`?"));
                     }
                 }

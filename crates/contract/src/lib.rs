@@ -26,6 +26,10 @@ pub use check::check;
 pub use diagnostic::{has_errors, render, render_all, Diagnostic, Severity};
 pub use parser::parse;
 
+/// What `msg.method` names besides the SIP methods (`tandem_sip::Method::STANDARD_NAMES` and
+/// extension methods): a provisional, a 2xx and another final response, and a timer.
+pub const EVENT_METHODS: [&str; 4] = ["PROVISIONAL", "OK", "ERROR", "TIMER"];
+
 /// Parses and, when that succeeds, checks `source`. Returns the machine (None on a syntax
 /// error) and every diagnostic, parse and check alike.
 pub fn parse_and_check(source: &str) -> (Option<ast::Machine>, Vec<Diagnostic>) {

@@ -632,7 +632,7 @@ impl<H: Handler> MachineService<H> {
             }
             taken += 1;
         }
-        if taken != neg.held.len() || !reads.sessions_unchanged() {
+        if taken != neg.held.len() || !reads.unchanged(ctx) {
             for &k in neg.held.iter().take(taken) {
                 self.release_key(ctx, k, neg.ticket);
             }

@@ -4,9 +4,9 @@ use tandem_container::{AppSessionId, Request, RequestKind, ResponseEvent, Sessio
 use tandem_sip::{Flow, Message, Method};
 use tandem_transaction::ServerTxId;
 
-/// What [`Event::method`] names besides the standard methods, at codes after theirs
-/// ([`Event::method_code`]).
-const EVENT_NAMES: [&str; 4] = ["PROVISIONAL", "OK", "ERROR", "TIMER"];
+// What `Event::method` names besides the standard methods, at codes after theirs
+// (`Event::method_code`), in the contract language's order.
+use tandem_contract::EVENT_METHODS as EVENT_NAMES;
 
 /// How many codes [`Event::method_code`] has.
 pub(crate) const METHOD_CODES: usize = Method::STANDARD_NAMES.len() + EVENT_NAMES.len();

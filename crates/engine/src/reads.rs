@@ -143,13 +143,6 @@ impl Reads {
         self.entries.iter().any(|e| e.cell.is_some())
     }
 
-    /// Whether every session recorded as existing still does, with attributes unchanged
-    /// since (the fast path's check: a session recorded as missing stays so, IDs not being
-    /// reused).
-    pub fn sessions_unchanged(&self) -> bool {
-        self.entries.iter().all(|e| e.cell.as_ref().is_none_or(|cell| unchanged_since(cell, e.generation)))
-    }
-
     /// Whether session `id` exists, as [`Self::exists`] answers it for the direct path: the
     /// session is recorded (with its generation) but no slot is copied.
     pub fn present(&mut self, ctx: &mut Context<'_>, id: SessionId) -> bool {
