@@ -253,10 +253,15 @@ pub struct MachineService<H: Handler> {
 }
 
 pub(crate) fn key(id: SessionId) -> Key {
-    // Session IDs are random 128-bit values; 0 (the global lock) never occurs in practice,
-    // and is mapped away to be sure.
-    id.0.max(1)
+    // Multiplying by an odd constant is a bijection (distinct sessions, distinct keys) whose
+    // top bits, a key's lock stripe, depend on all of the ID's: sequential IDs (tests) spread
+    // over stripes as random ones do. Negotiations acquire in this order. 0 (the global lock)
+    // comes only from ID 0, which never occurs in practice, and is mapped away to be sure.
+    id.0.wrapping_mul(KEY_MIX).max(1)
 }
+
+/// 2^128 divided by the golden ratio, made odd (Fibonacci hashing).
+const KEY_MIX: u128 = 0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835;
 
 enum Outcome {
     Need(SortedSet<Key>),
@@ -849,7 +854,8 @@ impl<H: Handler> MachineService<H> {
     }
 
     fn release_key(&self, ctx: &mut Context<'_>, k: Key, ticket: Ticket) {
-        let Some(mut next) = self.locks.release(k, ticket) else { return };
+        // The next waiter holds the key it waited for (of the same stripe as `k`).
+        let Some((k, mut next)) = self.locks.release(k, ticket) else { return };
         next.held.insert(k);
         let Some(me) = self.me.upgrade() else { return };
         let executor = next.executor;

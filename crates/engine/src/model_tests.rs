@@ -4,6 +4,7 @@
 //! the releasing executor. Shuttle explores thread interleavings; a deadlock (every executor
 //! blocked) or a broken invariant fails the test.
 
+use crate::locks::tests::k;
 use crate::locks::{Acquire, Key, LockTable, Ticket};
 use crate::plan::plan;
 use crate::sorted_set::SortedSet;
@@ -25,6 +26,8 @@ struct World {
     locks: LockTable<Box<Task>>,
     inboxes: Vec<Sender<Option<Box<Task>>>>,
     total: usize,
+    /// The sessions' keys, by session index.
+    keys: Vec<Key>,
     in_use: Vec<AtomicBool>,
     done: AtomicUsize,
 }
@@ -64,13 +67,14 @@ impl World {
     }
 
     fn run(&self, task: Task) {
+        let session = |k: &Key| self.keys.iter().position(|x| x == k).expect("a scenario key");
         for k in &task.held {
-            let was = self.in_use[*k as usize].swap(true, Ordering::SeqCst);
-            assert!(!was, "two transitions hold session {k} at once");
+            let was = self.in_use[session(k)].swap(true, Ordering::SeqCst);
+            assert!(!was, "two transitions hold session {} at once", session(k));
         }
         shuttle::thread::yield_now();
         for k in &task.held {
-            self.in_use[*k as usize].store(false, Ordering::SeqCst);
+            self.in_use[session(k)].store(false, Ordering::SeqCst);
         }
         assert!(task.backoffs <= 64, "a negotiation backed off without bound");
         for k in &task.held {
@@ -84,7 +88,7 @@ impl World {
     }
 
     fn release(&self, k: Key, ticket: Ticket) {
-        if let Some(mut next) = self.locks.release(k, ticket) {
+        if let Some((k, mut next)) = self.locks.release(k, ticket) {
             next.held.insert(k);
             let executor = next.executor;
             let _ = self.inboxes[executor].send(Some(next));
@@ -92,9 +96,9 @@ impl World {
     }
 }
 
-/// `executors` threads run `tasks` (each a discovery order of keys) and then serve resumptions
-/// until every task everywhere has committed.
-fn scenario(executors: usize, keys: usize, tasks: Vec<(usize, Vec<Key>)>) {
+/// `executors` threads run `tasks` (each a discovery order of sessions, indices into `keys`)
+/// and then serve resumptions until every task everywhere has committed.
+fn scenario(executors: usize, keys: &[Key], tasks: Vec<(usize, Vec<usize>)>) {
     let total = tasks.len();
     #[allow(clippy::type_complexity)]
     let (senders, receivers): (Vec<Sender<Option<Box<Task>>>>, Vec<Receiver<Option<Box<Task>>>>) =
@@ -103,7 +107,8 @@ fn scenario(executors: usize, keys: usize, tasks: Vec<(usize, Vec<Key>)>) {
         locks: LockTable::default(),
         inboxes: senders,
         total,
-        in_use: (0..keys).map(|_| AtomicBool::new(false)).collect(),
+        keys: keys.to_vec(),
+        in_use: keys.iter().map(|_| AtomicBool::new(false)).collect(),
         done: AtomicUsize::new(0),
     });
     let mut per_executor: Vec<Vec<Box<Task>>> = (0..executors).map(|_| Vec::new()).collect();
@@ -111,7 +116,7 @@ fn scenario(executors: usize, keys: usize, tasks: Vec<(usize, Vec<Key>)>) {
         per_executor[executor].push(Box::new(Task {
             ticket: i as u64 + 1,
             executor,
-            discovery,
+            discovery: discovery.iter().map(|&i| keys[i]).collect(),
             held: SortedSet::new(),
             to_acquire: SortedSet::new(),
             backoffs: 0,
@@ -141,22 +146,41 @@ fn scenario(executors: usize, keys: usize, tasks: Vec<(usize, Vec<Key>)>) {
     assert_eq!(world.locks.held(), 0, "every lock released");
 }
 
+/// `n` sessions, each in a stripe of its own (in session order).
+fn own_stripes(n: u128) -> Vec<Key> {
+    (0..n).map(|i| k(i + 1, i)).collect()
+}
+
 #[test]
 fn rendezvous_pairs_two_executors() {
     // Like T7: each task needs its own session and a peer's, discovered own-first.
     shuttle::check_random(
-        || scenario(2, 4, vec![(0, vec![0, 1]), (1, vec![1, 0]), (0, vec![2, 3]), (1, vec![3, 2]), (1, vec![1, 2])]),
+        || scenario(2, &own_stripes(4), vec![(0, vec![0, 1]), (1, vec![1, 0]), (0, vec![2, 3]), (1, vec![3, 2]), (1, vec![1, 2])]),
         3000,
     );
 }
 
 #[test]
 fn discovery_against_the_order_backs_off_and_still_finishes() {
-    shuttle::check_random(|| scenario(3, 4, vec![(0, vec![3, 2, 1, 0]), (1, vec![0, 3]), (2, vec![2, 0, 3]), (0, vec![1, 3])]), 3000);
+    shuttle::check_random(
+        || scenario(3, &own_stripes(4), vec![(0, vec![3, 2, 1, 0]), (1, vec![0, 3]), (2, vec![2, 0, 3]), (0, vec![1, 3])]),
+        3000,
+    );
+}
+
+#[test]
+fn sessions_sharing_stripes_still_finish() {
+    // Sessions 0 and 1 share a stripe, as do 2 and 3: a task holding one of them excludes
+    // the other's, and a task needing both takes the stripe once per key.
+    let keys = [k(1, 0), k(1, 1), k(2, 0), k(2, 1)];
+    shuttle::check_random(
+        move || scenario(3, &keys, vec![(0, vec![3, 0]), (1, vec![1, 2]), (2, vec![2, 1, 0]), (0, vec![0, 1]), (1, vec![3])]),
+        3000,
+    );
 }
 
 #[test]
 fn exhaustive_small_configuration() {
     // Every interleaving up to the bound, on the smallest configuration with a cycle of wants.
-    shuttle::check_dfs(|| scenario(2, 2, vec![(0, vec![1, 0]), (1, vec![0, 1])]), Some(200_000));
+    shuttle::check_dfs(|| scenario(2, &own_stripes(2), vec![(0, vec![1, 0]), (1, vec![0, 1])]), Some(200_000));
 }
