@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Every side-by-side dating comparison kept under bench/results, as one markdown table with
+the medians of its ratios: one run's overload tail moves as much as the versions differ, so
+the spread over runs says more than the latest.
+
+    python3 bench/dating/history.py [RESULTS_DIR]
+"""
+import glob
+import json
+import os
+import statistics
+import sys
+
+RATIOS = ["throughput_ratio_expected", "throughput_ratio_overload", "p99_ratio_expected",
+          "p99_ratio_overload", "cpu_per_message_ratio_expected", "cpu_per_message_ratio_overload"]
+
+
+def runs(results):
+    found = []
+    for path in sorted(glob.glob(os.path.join(results, "dating*.json"))):
+        try:
+            with open(path) as f:
+                d = json.load(f)
+        except (OSError, ValueError) as e:
+            print("skipped %s: %s" % (path, e), file=sys.stderr)
+            continue
+        if not d.get("side_by_side") or d.get("mode") != "full":
+            continue
+        m = d.get("machine") or {}
+        cpu = m.get("cpu_model") or ""
+        found.append({"file": os.path.basename(path), "generated": d.get("generated", ""),
+                      "git": m.get("git", ""), "host": "AMD" if "AMD" in cpu else "Intel" if "Intel" in cpu else cpu,
+                      "capacity": d.get("capacity_executions"), "invariants": d.get("invariants_ok"),
+                      **{k: d.get(k) for k in RATIOS}})
+    return sorted(found, key=lambda r: r["generated"])
+
+
+def fmt(v, digits=3):
+    return "–" if v is None else ("%.*f" % (digits, v))
+
+
+def main():
+    results = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "results")
+    rows = runs(results)
+    print("| generated (UTC) | tandem | host | capacity | throughput exp / over | p99 exp / over | CPU/msg exp / over | invariants | file |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print("| %s | %s | %s | %s | %s / %s | %s / %s | %s / %s | %s | %s |" % (
+            r["generated"][:16].replace("T", " "), r["git"], r["host"], r["capacity"],
+            fmt(r["throughput_ratio_expected"]), fmt(r["throughput_ratio_overload"]),
+            fmt(r["p99_ratio_expected"]), fmt(r["p99_ratio_overload"]),
+            fmt(r["cpu_per_message_ratio_expected"]), fmt(r["cpu_per_message_ratio_overload"]),
+            "OK" if r["invariants"] else "FAILED", r["file"]))
+    print()
+    for k in RATIOS:
+        vals = [r[k] for r in rows if r[k] is not None]
+        if vals:
+            print("- %s: median %s, min %s, max %s over %d runs" % (
+                k, fmt(statistics.median(vals)), fmt(min(vals)), fmt(max(vals)), len(vals)))
+
+
+if __name__ == "__main__":
+    main()
