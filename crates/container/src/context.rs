@@ -426,8 +426,15 @@ impl<'a> Context<'a> {
 
     /// Cancels the session's INVITE if it has no final response yet (RFC 3261 §9.1). A 2xx
     /// that crosses the CANCEL still arrives; if the session is gone by then, the container
-    /// acknowledges and ends that dialog.
+    /// acknowledges and ends that dialog. If the 2xx came first (it was processed, and
+    /// acknowledged, before the service decided to cancel), the dialog exists and a CANCEL
+    /// would change nothing: it is ended with BYE instead, as §9.1 asks of a UAC whose CANCEL
+    /// is too late. Without this, a caller hanging up at that instant left the callee's leg
+    /// up for good (seen as a media-service execution that never ended, issue 4).
     pub fn cancel_invite(&mut self, session: &mut SipSession) -> Result<(), ContainerError> {
+        if session.pending_request.is_none() && session.role == LegRole::Uac && session.state == SessionState::Confirmed {
+            return self.send_bye_on(session);
+        }
         let (invite, flow) = session.pending_request.take().ok_or(ContainerError::NotAnInvite)?;
         let parsed = tandem_sip::parse_datagram(invite, &Default::default()).map_err(|_| ContainerError::NotAnInvite)?;
         let branch = parsed.branch().ok_or(ContainerError::NotAnInvite)?.to_string();

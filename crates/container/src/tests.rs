@@ -560,6 +560,51 @@ fn uac_legs_get_their_dialog_from_the_2xx_and_are_acknowledged() {
     assert_eq!(log.take(), vec!["200 Confirmed"]);
 }
 
+/// Opens a leg to B on A's INVITE and cancels it when its timer fires, whatever B did
+/// meanwhile (as the dating service's T3 does when the caller hangs up).
+struct CancelLater;
+
+impl Service for CancelLater {
+    fn on_request(&self, ctx: &mut Context<'_>, req: &Request<'_>) {
+        if (req.kind, req.method()) == (RequestKind::Initial, &Method::Invite) {
+            let app = ctx.create_app_session();
+            let leg = ctx
+                .create_uac_session(app, "sip:bridge@127.0.0.1", &format!("sip:bob@{CALLEE}"), Destination::parse(CALLEE).unwrap())
+                .unwrap();
+            ctx.send_invite(leg, None).unwrap();
+            ctx.set_timer(app, Duration::from_millis(100), "cancel").unwrap();
+        }
+    }
+
+    fn on_timer(&self, ctx: &mut Context<'_>, app: AppSessionId, _timer: TimerId, _name: &'static str) {
+        let leg = ctx.with_app(app, |a| a.sessions.first().copied()).flatten().unwrap();
+        ctx.with_session(leg, |ctx, s| ctx.cancel_invite(s)).unwrap().unwrap();
+    }
+}
+
+#[test]
+fn cancelling_a_leg_whose_2xx_came_first_ends_it_with_bye() {
+    let mut h = harness(vec![("cancel", Arc::new(CancelLater) as Arc<dyn Service>)], vec![RouteRule::catch_all("cancel")], fast_config());
+    // B answers before the cancel: the leg is acknowledged, then ended with BYE.
+    h.recv(&invite("c-1", "z9hG4bKc1"), CALLER);
+    let leg_invite = h.sent().remove(0).1;
+    h.recv(&answer(&leg_invite, 200, Some("bob1"), "Contact: <sip:bob@127.0.0.1:5071>\n"), CALLEE);
+    assert_eq!(summary(&h.sent()), vec!["ACK -> 127.0.0.1:5071".to_string()]);
+    h.advance(Duration::from_millis(100));
+    // What goes to B (A, never answered by this service, may get a 100 Trying meanwhile).
+    let to_b = |sent: Vec<(SocketAddr, Message)>| sent.into_iter().filter(|(to, _)| to.to_string() != CALLER).collect::<Vec<_>>();
+    let sent = to_b(h.sent());
+    assert_eq!(summary(&sent), vec!["BYE -> 127.0.0.1:5071".to_string()], "a CANCEL would leave B's call up");
+    assert_eq!(sent[0].1.to_tag(), Some("bob1"));
+    // B has not answered: CANCEL, as before.
+    h.recv(&invite("c-2", "z9hG4bKc2"), CALLER);
+    let leg_invite = to_b(h.sent()).remove(0).1;
+    h.advance(Duration::from_millis(100));
+    let sent = to_b(h.sent());
+    assert_eq!(summary(&sent), vec![format!("CANCEL -> {CALLEE}")]);
+    assert_eq!(sent[0].1.branch(), leg_invite.branch());
+}
+
 // ---------------------------------------------------------------- determinism
 
 #[test]
