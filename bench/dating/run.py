@@ -95,6 +95,17 @@ def machine():
     return info
 
 
+def udp_receive_drops():
+    """Datagrams the kernel dropped so far because a UDP socket's receive buffer was full
+    (/proc/net/snmp `Udp: RcvbufErrors`, the whole machine), or None."""
+    try:
+        with open("/proc/net/snmp") as f:
+            rows = [line.split() for line in f if line.startswith("Udp:")]
+        return int(rows[1][rows[0].index("RcvbufErrors")])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def other_load():
     """Processes other than ours using CPU (sipp / tandem started by someone else): a warning."""
     out = []
@@ -510,6 +521,7 @@ def run_once(service, target, duration, args, label=None):
         if args.capture:
             capture = start_capture(dating.port, capture_dir)
         before = dating.metrics()
+        drops_before = udp_receive_drops()
         th = threading.Thread(target=sampler, daemon=True)
         th.start()
         t_start = time.time()
@@ -542,6 +554,11 @@ def run_once(service, target, duration, args, label=None):
                 proc.wait()
             f.close()
         t_sipp_done = time.time()
+        drops_after = udp_receive_drops()
+        if drops_before is not None and drops_after is not None:
+            # Machine-wide: side by side, the other version's run is counted too. A dropped
+            # request or response that is not retransmitted (an ACK) can fail a call.
+            res["udp_receive_drops"] = drops_after - drops_before
         captured = None
         if capture:
             captured = capture_delays(capture, dating.port)
@@ -1184,6 +1201,13 @@ def write_md(out, runs, loads, plots):
             for cause, n in sorted(r["failure_causes"].items(), key=lambda kv: -kv[1]):
                 L.append("* %s / %s: %d × %s" % (lvl, svc, n, cause.replace("|", "/")))
         L.append("")
+    drops = ["%s/%s %d" % (k[0], k[1], r["udp_receive_drops"]) for k, r in runs.items()
+             if r.get("udp_receive_drops") is not None]
+    if drops:
+        L.append("UDP datagrams the kernel dropped for a full receive buffer while SIPp ran "
+                 "(`/proc/net/snmp` RcvbufErrors, whole machine: side by side, both versions' "
+                 "runs; a lost message that nobody retransmits, e.g. an ACK, or one lost "
+                 "before a later one overtakes it, can fail a call): %s.\n" % ", ".join(drops))
     if out["capacity_levels"]:
         L.append("## Capacity search\n")
         L.append("| target | msg/s | app sessions mean | slope /s | setup p99 | < 50 ms | failed | "
