@@ -28,7 +28,7 @@ tool_args=()
 extra_sets=()
 for kv in ${SETS:-}; do extra_sets+=(--set "$kv"); done
 
-# prints "messages instructions" (CACHE=1: "messages EVENT=COUNT ...")
+# prints "messages EVENT=COUNT ..." (Ir=instructions; CACHE=1: every simulated event)
 measure() {
     local svc=$1 calls=$2 mp ma dp da sp media dating
     mp=$(port); ma=$(port); dp=$(port); da=$(port); sp=$(port)
@@ -49,15 +49,11 @@ measure() {
     msgs=$(curl -s 127.0.0.1:$da/metrics | awk '/^tandem_messages_in_total/ {s+=$2} END {print s}')
     kill -INT $dating; wait $dating 2>/dev/null || true
     kill $media; wait $media 2>/dev/null || true
-    if [ -n "${CACHE:-}" ]; then
-        # The events line names the columns of the totals line.
-        echo "$msgs $(callgrind_annotate "$work/cg-$svc-$calls.out" 2>/dev/null | awk '
-            /^Events shown:/ { for (i = 3; i <= NF; i++) ev[i - 2] = $i }
-            /PROGRAM TOTALS/ { gsub(",", ""); n = 0; for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+$/) printf "%s=%s ", ev[++n], $i }
-            ' | sed 's/ *$//')"
-        return
-    fi
-    echo "$msgs $(callgrind_annotate "$work/cg-$svc-$calls.out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",","",$1); print $1}')"
+    # The events line names the columns of the totals line (Ir alone without CACHE=1).
+    echo "$msgs $(callgrind_annotate "$work/cg-$svc-$calls.out" 2>/dev/null | awk '
+        /^Events shown:/ { for (i = 3; i <= NF; i++) ev[i - 2] = $i }
+        /PROGRAM TOTALS/ { gsub(",", ""); n = 0; for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+$/) printf "%s=%s ", ev[++n], $i }
+        ' | sed 's/ *$//')"
 }
 
 # "EVENT=N ..." twice -> "EVENT per message ..." (slope)
@@ -74,13 +70,12 @@ PY
 services=("$@")
 [ ${#services[@]} -gt 0 ] || services=(dating dating_manual)
 for svc in "${services[@]}"; do
+    read -r m1 e1 < <(measure "$svc" 100)
+    read -r m2 e2 < <(measure "$svc" 300)
     if [ -n "${CACHE:-}" ]; then
-        read -r m1 e1 < <(measure "$svc" 100)
-        read -r m2 e2 < <(measure "$svc" 300)
         echo "$svc per message ($m1 -> $m2 messages): $(slopes "$m1" "$m2" "$e1" "$e2")"
-        continue
+    else
+        i1=${e1#Ir=} i2=${e2#Ir=}
+        echo "$svc: $(( (i2 - i1) / (m2 - m1) )) instructions per message ($m1 -> $m2 messages, $i1 -> $i2 instructions)"
     fi
-    read -r m1 i1 < <(measure "$svc" 100)
-    read -r m2 i2 < <(measure "$svc" 300)
-    echo "$svc: $(( (i2 - i1) / (m2 - m1) )) instructions per message ($m1 -> $m2 messages, $i1 -> $i2 instructions)"
 done
