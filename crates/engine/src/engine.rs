@@ -647,37 +647,40 @@ impl<H: Handler> MachineService<H> {
             neg.event.app = fast.app;
         }
         self.stats.fast.fetch_add(1, Relaxed);
+        match (verify, fast.transition, fast.unneeded) {
+            (false, Some(transition), None) => self.run_with(ctx, neg, transition, &fast.vars, fast.holder, &neg.held, reads),
+            (false, Some(transition), Some(k)) => {
+                self.run_with(ctx, neg, transition, &fast.vars, fast.holder, &fast_needed(&neg.held, k), reads)
+            }
+            _ => self.run_fast_verified(ctx, neg, fast, reads),
+        }
+        true
+    }
+
+    /// [`Self::run_fast`] under `engine.verify_direct` (tests), once the locks are held: the
+    /// fast decision is compared with the general evaluator's, then run (or absorbed). Out of
+    /// line and cold, off the fast path's code.
+    #[cold]
+    #[inline(never)]
+    fn run_fast_verified(&self, ctx: &mut Context<'_>, neg: &mut Negotiation<'_>, fast: Fast, reads: &mut Reads) {
         let Some(transition) = fast.transition else {
             // Verifying an absorption (see above): the same outcome, keys and record as the
             // general prediction, under the locks.
             let p = Prediction { outcome: Outcome::Absorb, reads: std::mem::take(reads), keys: neg.held.clone(), direct: true };
             self.verify(ctx, neg, &p);
             self.absorb(ctx, neg);
-            return true;
+            return;
         };
-        // What the arm may touch: what the handles traverse and the state holder, which is
-        // what it holds but for a session whose state only a guard read.
-        let needed = |held: &SortedSet<Key>| {
-            let mut needed = held.clone();
-            if let Some(k) = fast.unneeded {
-                needed.remove(&k);
-            }
-            needed
+        let needed = match fast.unneeded {
+            Some(k) => fast_needed(&neg.held, k),
+            None => neg.held.clone(),
         };
-        if verify {
-            let chosen = Chosen { transition, vars: fast.vars, needed: needed(&neg.held), holder: fast.holder };
-            let p = Prediction { outcome: Outcome::Run(chosen), reads: std::mem::take(reads), keys: neg.held.clone(), direct: true };
-            self.verify(ctx, neg, &p);
-            if let Prediction { outcome: Outcome::Run(chosen), reads, .. } = p {
-                self.run(ctx, neg, chosen, &reads);
-            }
-            return true;
+        let chosen = Chosen { transition, vars: fast.vars, needed, holder: fast.holder };
+        let p = Prediction { outcome: Outcome::Run(chosen), reads: std::mem::take(reads), keys: neg.held.clone(), direct: true };
+        self.verify(ctx, neg, &p);
+        if let Prediction { outcome: Outcome::Run(chosen), reads, .. } = p {
+            self.run(ctx, neg, chosen, &reads);
         }
-        match fast.unneeded {
-            None => self.run_with(ctx, neg, transition, &fast.vars, fast.holder, &neg.held, reads),
-            Some(_) => self.run_with(ctx, neg, transition, &fast.vars, fast.holder, &needed(&neg.held), reads),
-        }
-        true
     }
 
     /// A message that enables no transition: answered if it is a request that needs it, and
@@ -688,6 +691,10 @@ impl<H: Handler> MachineService<H> {
         self.release_all(ctx, neg);
     }
 
+    // Out of line: with it (its ~1 KiB prediction, `predict_direct`, `drive_with`) inlined,
+    // `begin` was 21 KB of code with a 4.7 KB stack frame that every fast-path message paid
+    // for in cache lines (decision 0004, "Hot and cold code").
+    #[inline(never)]
     fn begin_general(&self, ctx: &mut Context<'_>, mut neg: Negotiation<'_>) {
         // A request is answered with its application session; other events find it through
         // their session when they need it (`Transition::app`, `msg.apps`).
@@ -1065,14 +1072,15 @@ impl<H: Handler> MachineService<H> {
         // share of the engine's cost per message (decision 0004), and the container times
         // every handler call anyway.
         let started = neg.ticket.is_multiple_of(HANDLER_TIME_SAMPLE).then(Instant::now);
-        let mut tr = Transition::new(ctx, &self.compiled, &neg.event, allowed, reads, &t.lets, vars);
+        let mut actions = Actions::new();
+        let mut tr = Transition::new(ctx, &self.compiled, &neg.event, allowed, reads, &t.lets, vars, &mut actions);
         let result = self.handler.do_transition(self.arms[transition], &mut tr);
         let done = tr.finish();
         let stats = &self.stats.transitions[transition];
         match result {
             Ok(()) => {
                 self.commit_state(ctx, neg, transition, vars, holder, done.created_sips, reads);
-                apply(ctx, &neg.event, done.actions, reads);
+                apply(ctx, &neg.event, &mut actions, reads);
                 self.finish_executions(ctx, neg, transition, vars, done.created_sips, reads);
                 stats.count.fetch_add(1, Relaxed);
             }
@@ -1228,6 +1236,14 @@ pub(crate) const STATE: &str = "@state";
 /// Runs `f` on session `id`, through the cell evaluation kept if it reached the session (a
 /// session removed from the store since reads as missing, as a look-up would find it), else
 /// through a store look-up.
+/// What a fast-path arm may touch: what the handles traverse and the state holder, which is
+/// what the negotiation holds but for `unneeded`, a session whose state only a guard read.
+fn fast_needed(held: &SortedSet<Key>, unneeded: Key) -> SortedSet<Key> {
+    let mut needed = held.clone();
+    needed.remove(&unneeded);
+    needed
+}
+
 fn with_session<R>(ctx: &mut Context<'_>, reads: &Reads, id: SessionId, f: impl FnOnce(&mut SipSession) -> R) -> Option<R> {
     match reads.cell(id) {
         Some(cell) => Some(cell.lock()).filter(|s| !s.is_removed()).map(|mut s| f(&mut s)),
@@ -1809,8 +1825,10 @@ fn answer_absorbed(ctx: &mut Context<'_>, event: &Event<'_>) {
 
 /// Sends what the arm sent, now that the transition commits. Sends on a session owned by
 /// another executor are posted there.
-fn apply(ctx: &mut Context<'_>, event: &Event<'_>, actions: Actions, reads: &Reads) {
-    for action in actions {
+// Drains `actions` in place: moving the inline vector (by value, then into its iterator) was
+// two copies of a few hundred bytes per transition.
+fn apply(ctx: &mut Context<'_>, event: &Event<'_>, actions: &mut Actions, reads: &Reads) {
+    for action in actions.drain(..) {
         match action {
             Action::Respond { status, headers, body } => {
                 if let Trigger::Request { msg, tx, flow, kind } = &event.trigger {

@@ -84,7 +84,6 @@ pub(crate) enum Action {
 pub(crate) type Actions = smallvec::SmallVec<[Action; 2]>;
 
 pub(crate) struct Done {
-    pub actions: Actions,
     pub created_sips: Option<SessionId>,
     pub created_apps: Vec<AppSessionId>,
 }
@@ -103,13 +102,16 @@ pub struct Transition<'c, 'a> {
     created_cells: smallvec::SmallVec<[(SessionId, SessionCell); 2]>,
     created_sips: Option<SessionId>,
     created_apps: Vec<AppSessionId>,
-    actions: Actions,
+    /// What the arm sends, in a buffer of the caller's (no move of the inline vector when the
+    /// arm returns).
+    actions: &'c mut Actions,
     /// The transition's `let`s and the values the contract bound them to.
     lets: &'c [tandem_contract::ast::Let],
     vars: &'c Vars,
 }
 
 impl<'c, 'a> Transition<'c, 'a> {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         ctx: &'c mut Context<'a>,
         compiled: &'c Compiled,
@@ -118,6 +120,7 @@ impl<'c, 'a> Transition<'c, 'a> {
         reads: &'c Reads,
         lets: &'c [tandem_contract::ast::Let],
         vars: &'c Vars,
+        actions: &'c mut Actions,
     ) -> Self {
         Transition {
             ctx,
@@ -129,14 +132,14 @@ impl<'c, 'a> Transition<'c, 'a> {
             created_cells: smallvec::SmallVec::new(),
             created_sips: None,
             created_apps: Vec::new(),
-            actions: Actions::new(),
+            actions,
             lets,
             vars,
         }
     }
 
     pub(crate) fn finish(self) -> Done {
-        Done { actions: self.actions, created_sips: self.created_sips, created_apps: self.created_apps }
+        Done { created_sips: self.created_sips, created_apps: self.created_apps }
     }
 
     pub fn event(&self) -> &Event<'c> {
