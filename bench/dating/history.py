@@ -28,8 +28,11 @@ def runs(results):
             continue
         m = d.get("machine") or {}
         cpu = m.get("cpu_model") or ""
+        host = "AMD" if "AMD" in cpu else "Intel" if "Intel" in cpu else cpu
+        if d.get("dating_cpus"):  # both dating tandems on the same CPUs (`--dating-cpus`)
+            host += ", CPU " + ",".join(map(str, d["dating_cpus"]))
         found.append({"file": os.path.basename(path), "generated": d.get("generated", ""),
-                      "git": m.get("git", ""), "host": "AMD" if "AMD" in cpu else "Intel" if "Intel" in cpu else cpu,
+                      "git": m.get("git", ""), "host": host,
                       "capacity": d.get("capacity_executions"), "invariants": d.get("invariants_ok"),
                       **{k: d.get(k) for k in RATIOS}})
     return sorted(found, key=lambda r: r["generated"])

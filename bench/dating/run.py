@@ -178,11 +178,22 @@ CGROUP_CPU = "/sys/fs/cgroup/cpu"
 CPU_PERIOD_US = 10000
 
 
+def cpu_list(text):
+    """`1`, `0-1`, `0,2`: a set of CPU numbers (for os.sched_setaffinity)."""
+    cpus = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
 class Tandem:
-    def __init__(self, name, service, sets, rawdir, cpu_limit=0.0):
+    def __init__(self, name, service, sets, rawdir, cpu_limit=0.0, cpus=None):
         self.name, self.service, self.sets = name, service, sets
         # cores (0: unlimited): a CFS quota on the process's own cgroup (v1 cpu controller)
         self.cpu_limit, self.cgroup = cpu_limit, None
+        # CPUs the process (and every thread it starts) may run on; None: any
+        self.cpus = cpus
         self.port, self.admin = free_port(), free_port()
         self.out = os.path.join(rawdir, name + ".log")
         self.proc = None
@@ -193,8 +204,10 @@ class Tandem:
         for s in self.sets:
             cmd += ["--set", s]
         self.f = open(self.out, "wb")
+        cpus = self.cpus
         self.proc = subprocess.Popen(cmd, stdout=self.f, stderr=subprocess.STDOUT,
-                                     env=dict(os.environ, RUST_BACKTRACE="0"))
+                                     env=dict(os.environ, RUST_BACKTRACE="0"),
+                                     preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
         if self.cpu_limit:
             self.limit_cpu()
         deadline = time.monotonic() + 20
@@ -474,7 +487,7 @@ def run_once(service, target, duration, args, label=None):
     try:
         media.start()
         dating = Tandem("dating", service.split("#")[0], ["dating.media=127.0.0.1:%d" % media.port], rawdir,
-                        cpu_limit=args.dating_cpu)
+                        cpu_limit=args.dating_cpu, cpus=args.dating_cpus)
         missing = dating.start()
         if missing:
             res["missing"] = missing
@@ -1062,6 +1075,7 @@ def report(args, mach, cap, cap_src, levels, loads, runs, manual_missing):
         "setup_delay_resolution_ms": 1,
         "media_answer_delay": args.answer_delay,
         "dating_cpu_limit": args.dating_cpu,
+        "dating_cpus": sorted(args.dating_cpus) if args.dating_cpus else None,
         "side_by_side": bool(getattr(args, "side_by_side", False)),
         "runs": {"%s/%s" % k: compact(v) for k, v in runs.items()},
     }
@@ -1119,6 +1133,9 @@ def write_md(out, runs, loads, plots):
                  "shares the machine) does: capacity and overload are then the server's. Time "
                  "held back by the cap: %s.\n" % (out["dating_cpu_limit"], CPU_PERIOD_US,
                                                    ", ".join(thr) or "n/a"))
+    if out.get("dating_cpus"):
+        L.append("**CPUs**: every dating tandem ran on CPU(s) %s only (`--dating-cpus`): side by "
+                 "side, both versions on the same CPUs.\n" % ",".join(map(str, out["dating_cpus"])))
     races = sum(r.get("calls_failed_sipp_race") or 0 for r in runs.values() if not r.get("missing"))
     if races:
         L.append("**SIPp races**: %d failed call(s) were a message SIPp took in just before a "
@@ -1346,7 +1363,11 @@ def main():
     ap.add_argument("--warmup-s", type=float, default=0.0,
                     help="extra seconds excluded at the start of the measured load (the "
                          "warm-up calls before it are always excluded)")
-    ap.add_argument("--drain", type=float, default=40.0, help="s allowed for sessions to drain")
+    # 75 s: a caller that vanishes after our 200 (SIPp aborting a call on a race at the end of a
+    # run) is ended by the protocol's own timers: the 200 is retransmitted until Timer H (64 *
+    # T1 = 32 s), then the BYE sent instead waits up to Timer F (another 32 s). Shorter, such an
+    # execution counts as left behind although its end is already on its way.
+    ap.add_argument("--drain", type=float, default=75.0, help="s allowed for sessions to drain (75)")
     ap.add_argument("--answer-delay", default="5ms", help="media.answer_delay (5ms)")
     ap.add_argument("--capture", action="store_true",
                     help="tcpdump the caller leg for sub-millisecond setup delays (its packet "
@@ -1356,6 +1377,11 @@ def main():
                     help="cap the dating tandem at this many cores (cgroup CFS quota; 0: no cap). "
                          "On a machine where SIPp saturates first, a cap makes the server the "
                          "bottleneck; both versions get the same cap")
+    ap.add_argument("--dating-cpus", type=cpu_list, default=None,
+                    help="run every dating tandem on these CPUs only (e.g. 1, or 0-1; default: "
+                         "any). Side by side, one CPU for both versions puts them on the same "
+                         "(virtual) CPU, so that what slows one CPU of a shared host down falls "
+                         "on both, as the run's other disturbances do")
     args = ap.parse_args()
     # SIGTERM / SIGINT: unwind so that the finally blocks stop our SIPps and tandems
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
