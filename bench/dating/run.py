@@ -962,6 +962,7 @@ def aa_check(args):
     loads = {"expected": max(2, int(round(cap * 0.8))), "overload": cap}
     out = {"generated": datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
            "service": svc, "duration_s": args.duration, "dating_cpu_limit": args.dating_cpu,
+           "dating_cpus": sorted(args.dating_cpus) if args.dating_cpus else None,
            "machine": machine(), "loads": loads, "runs": {}}
     rows = []
     for lvl, target in loads.items():
@@ -985,13 +986,15 @@ def aa_check(args):
     with open(os.path.join(RESULTS, "dating-aa.md"), "w") as f:
         f.write("# Dating benchmark rig, A/A check: `%s` against itself, side by side\n\n"
                 "Generated %s by `bench/dating/run.py --aa %s --capacity-executions %d "
-                "--dating-cpu %s` (%d s per run); tandem git %s, %s × %s, kernel %s.\n\n"
+                "--dating-cpu %s%s` (%d s per run); tandem git %s, %s × %s, kernel %s.\n\n"
                 "Both sides run the same version at the same time, as `--compare "
                 "--side-by-side` runs the two versions: a ratio away from 1 here is the rig's "
                 "own asymmetry or noise.\n\n"
                 "| load | throughput ratio A/B | p99 ratio A/B | p99 A / B (ms) | CPU per "
                 "message ratio | throttled A / B (s) | invariants |\n|---|---|---|---|---|---|---|\n"
-                % (svc, out["generated"], svc, cap, args.dating_cpu, args.duration, m.get("git"),
+                % (svc, out["generated"], svc, cap, args.dating_cpu,
+                   " --dating-cpus " + ",".join(map(str, sorted(args.dating_cpus))) if args.dating_cpus else "",
+                   args.duration, m.get("git"),
                    m.get("nproc"), m.get("cpu_model"), m.get("kernel")))
         f.write("\n".join(rows) + "\n")
     log("wrote bench/results/dating-aa.md, dating-aa.json")
