@@ -1233,9 +1233,6 @@ const HANDLER_TIME_SAMPLE: u64 = 8;
 pub(crate) const ROLE: &str = "@role";
 pub(crate) const STATE: &str = "@state";
 
-/// Runs `f` on session `id`, through the cell evaluation kept if it reached the session (a
-/// session removed from the store since reads as missing, as a look-up would find it), else
-/// through a store look-up.
 /// What a fast-path arm may touch: what the handles traverse and the state holder, which is
 /// what the negotiation holds but for `unneeded`, a session whose state only a guard read.
 fn fast_needed(held: &SortedSet<Key>, unneeded: Key) -> SortedSet<Key> {
@@ -1244,6 +1241,9 @@ fn fast_needed(held: &SortedSet<Key>, unneeded: Key) -> SortedSet<Key> {
     needed
 }
 
+/// Runs `f` on session `id`, through the cell evaluation kept if it reached the session (a
+/// session removed from the store since reads as missing, as a look-up would find it), else
+/// through a store look-up.
 fn with_session<R>(ctx: &mut Context<'_>, reads: &Reads, id: SessionId, f: impl FnOnce(&mut SipSession) -> R) -> Option<R> {
     match reads.cell(id) {
         Some(cell) => Some(cell.lock()).filter(|s| !s.is_removed()).map(|mut s| f(&mut s)),
