@@ -179,12 +179,16 @@ CPU_PERIOD_US = 10000
 
 
 def cpu_list(text):
-    """`1`, `0-1`, `0,2`: a set of CPU numbers (for os.sched_setaffinity)."""
+    """`1`, `0-1`, `0,2`: the CPU numbers, sorted (for os.sched_setaffinity and the report);
+    each one this process may run on, else a clear argument error."""
     cpus = set()
     for part in text.split(","):
         lo, _, hi = part.partition("-")
         cpus.update(range(int(lo), int(hi or lo) + 1))
-    return cpus
+    unknown = cpus - os.sched_getaffinity(0)
+    if unknown:
+        raise argparse.ArgumentTypeError("no such CPU here: %s" % ",".join(map(str, sorted(unknown))))
+    return sorted(cpus)
 
 
 class Tandem:
@@ -962,7 +966,7 @@ def aa_check(args):
     loads = {"expected": max(2, int(round(cap * 0.8))), "overload": cap}
     out = {"generated": datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
            "service": svc, "duration_s": args.duration, "dating_cpu_limit": args.dating_cpu,
-           "dating_cpus": sorted(args.dating_cpus) if args.dating_cpus else None,
+           "dating_cpus": args.dating_cpus,
            "machine": machine(), "loads": loads, "runs": {}}
     rows = []
     for lvl, target in loads.items():
@@ -993,7 +997,7 @@ def aa_check(args):
                 "| load | throughput ratio A/B | p99 ratio A/B | p99 A / B (ms) | CPU per "
                 "message ratio | throttled A / B (s) | invariants |\n|---|---|---|---|---|---|---|\n"
                 % (svc, out["generated"], svc, cap, args.dating_cpu,
-                   " --dating-cpus " + ",".join(map(str, sorted(args.dating_cpus))) if args.dating_cpus else "",
+                   " --dating-cpus " + ",".join(map(str, args.dating_cpus)) if args.dating_cpus else "",
                    args.duration, m.get("git"),
                    m.get("nproc"), m.get("cpu_model"), m.get("kernel")))
         f.write("\n".join(rows) + "\n")
@@ -1078,7 +1082,7 @@ def report(args, mach, cap, cap_src, levels, loads, runs, manual_missing):
         "setup_delay_resolution_ms": 1,
         "media_answer_delay": args.answer_delay,
         "dating_cpu_limit": args.dating_cpu,
-        "dating_cpus": sorted(args.dating_cpus) if args.dating_cpus else None,
+        "dating_cpus": args.dating_cpus,
         "side_by_side": bool(getattr(args, "side_by_side", False)),
         "runs": {"%s/%s" % k: compact(v) for k, v in runs.items()},
     }

@@ -652,6 +652,7 @@ impl<H: Handler> MachineService<H> {
             (false, Some(transition), Some(k)) => {
                 self.run_with(ctx, neg, transition, &fast.vars, fast.holder, &fast_needed(&neg.held, k), reads)
             }
+            // Verifying (an absorption without locks returned above).
             _ => self.run_fast_verified(ctx, neg, fast, reads),
         }
         true
