@@ -43,12 +43,21 @@ pub struct Compiled {
     /// fast path reads them all in its one look at the message's session, before it knows
     /// which transition is enabled.
     pub(crate) sips_nav_slots: Vec<usize>,
+    /// The same for the candidates of one state that may take one method: by place (see
+    /// [`Compiled::candidates_at`]), then by method index ([`Compiled::method_index`]; the
+    /// last for any other method). The fast path reads only these when the message's session
+    /// names its state (most messages need none or one: scanning a session's attributes for
+    /// every slot was the hottest loop of its look at the session).
+    sips_nav_slots_at: Vec<Vec<Vec<usize>>>,
     /// Every slot a [`PayloadNav::VarAttr`] reads: the fast path reads them in its one look
     /// at the payload's session.
     pub(crate) payload_nav_slots: Vec<usize>,
     /// The initial state's place for [`Compiled::candidates_at`] (None: no transition leaves
     /// it), for a request that starts an execution.
     initial_at: Option<usize>,
+    /// Every role that keeps its state on another session names it by a `once` attribute: a
+    /// state holder evaluation found is still the holder when the transition commits.
+    pub(crate) fixed_holders: bool,
 }
 
 /// A contract's few names (states, roles, attributes) and what they map to. Looked up several
@@ -716,6 +725,15 @@ fn after_method_test(guard: CExpr) -> CExpr {
 }
 
 impl Program {
+    /// The `msg.sips` attributes its guard, handles and moves read (a simple or payload
+    /// program; none for another).
+    fn sips_attr_slots(&self) -> impl Iterator<Item = usize> + '_ {
+        self.simple_navs.iter().flatten().copied().chain(self.payload.iter().flat_map(PayloadProgram::sips_navs)).filter_map(|n| match n {
+            SimpleNav::SipsAttr(slot) => Some(slot),
+            SimpleNav::Sips => None,
+        })
+    }
+
     /// Whether the guard may hold for a message of this method.
     pub fn may_take(&self, method: &str) -> bool {
         self.methods.as_ref().is_none_or(|ms| ms.iter().any(|m| m == method))
@@ -813,16 +831,30 @@ impl Compiled {
         let slot_keys: Vec<(usize, u64)> = slots.0.iter().map(|n| short_key(n)).collect();
         let slot_table = SlotTable::new(&slot_keys);
         let role_texts = machine.roles.iter().map(|r| SmolStr::new(&r.name.name)).collect();
-        let mut sips_nav_slots: Vec<usize> = programs
-            .iter()
-            .flat_map(|p| p.simple_navs.iter().flatten().copied().chain(p.payload.iter().flat_map(PayloadProgram::sips_navs)))
-            .filter_map(|n| match n {
-                SimpleNav::SipsAttr(slot) => Some(slot),
-                SimpleNav::Sips => None,
-            })
-            .collect();
+        let mut sips_nav_slots: Vec<usize> = programs.iter().flat_map(Program::sips_attr_slots).collect();
         sips_nav_slots.sort_unstable();
         sips_nav_slots.dedup();
+        let sips_nav_slots_at = by_state
+            .0
+            .iter()
+            .map(|(_, candidates)| {
+                (0..=direct_methods.len())
+                    .map(|m| {
+                        let method = direct_methods.get(m).map(|(name, _)| (m, name));
+                        let mut slots: Vec<usize> = candidates
+                            .iter()
+                            .map(|&c| &programs[c])
+                            // Another method: what a program without method bits may take.
+                            .filter(|p| method.map_or(p.method_bits.is_none(), |(m, name)| p.takes(Some(m), name)))
+                            .flat_map(Program::sips_attr_slots)
+                            .collect();
+                        slots.sort_unstable();
+                        slots.dedup();
+                        slots
+                    })
+                    .collect()
+            })
+            .collect();
         let mut payload_nav_slots: Vec<usize> = programs
             .iter()
             .flat_map(|p| p.payload.iter().flat_map(|p| &p.navs))
@@ -834,8 +866,11 @@ impl Compiled {
         payload_nav_slots.sort_unstable();
         payload_nav_slots.dedup();
         let initial_at = by_state.position(&initial);
+        let fixed_holders = roles.0.iter().all(|(_, r)| r.holds_state || r.state_via_slot.is_none_or(|slot| r.once.contains(&slot)));
         Ok(Compiled {
+            fixed_holders,
             sips_nav_slots,
+            sips_nav_slots_at,
             payload_nav_slots,
             initial_at,
             initial_text: SmolStr::new(&initial),
@@ -890,6 +925,14 @@ impl Compiled {
 
     pub fn candidates(&self, state: &str) -> &[usize] {
         self.by_state.get(state).map_or(&[], Vec::as_slice)
+    }
+
+    /// The slots of [`Self::sips_nav_slots`] that the candidates of the state at `place` read
+    /// for a message of the method at `method` ([`Self::event_method_index`]).
+    pub(crate) fn sips_nav_slots_at(&self, place: usize, method: Option<usize>) -> &[usize] {
+        let Some(by_method) = self.sips_nav_slots_at.get(place) else { return &[] };
+        let at = method.unwrap_or(by_method.len().saturating_sub(1));
+        by_method.get(at).map_or(&[], Vec::as_slice)
     }
 
     /// The candidates of the state at `index` (a place among the states some transition
@@ -1233,5 +1276,38 @@ transition T3: Busy -> same
         let t11 = SimpleNav::SipsAttr(slot("p2t"));
         assert_eq!(dating.program(10).simple_navs, Some(vec![SimpleNav::Sips, SimpleNav::SipsAttr(slot("msr")), t11, t11]));
         assert_eq!(dating.program(6).simple_navs, None, "T7's handles start at a let");
+    }
+
+    #[test]
+    fn each_state_reads_only_the_sips_attributes_its_candidates_navigate() {
+        let dating =
+            Compiled::new(tandem_contract::parse(include_str!("../../../services/dating.machine")).expect("parses")).expect("compiles");
+        let slot = |n: &str| dating.slot(n).expect("declared");
+        let at = |state: &str, method: &str| {
+            let place = dating.by_state.position(state).expect("a state some transition leaves");
+            dating.sips_nav_slots_at(place, dating.method_index(method))
+        };
+        // Every candidate that may take the method finds what it navigates among the slots read.
+        for (place, (state, candidates)) in dating.by_state.0.iter().enumerate() {
+            for method in ["INVITE", "ACK", "BYE", "CANCEL", "MESSAGE", "OK", "ERROR", "TIMER", "OPTIONS"] {
+                let read = dating.sips_nav_slots_at(place, dating.method_index(method));
+                for &c in candidates.iter().filter(|&&c| dating.program(c).may_take(method)) {
+                    for needed in dating.program(c).sips_attr_slots() {
+                        assert!(read.contains(&needed), "T{} in {state} on {method} reads slot {needed}", c + 1);
+                    }
+                }
+                assert!(read.iter().all(|s| dating.sips_nav_slots.contains(s)));
+            }
+        }
+        assert_eq!(at("TalkingWithPeer", "BYE"), [slot("msr"), slot("p2t")], "T11");
+        assert_eq!(at("ConnectingMS2Caller", "ACK"), [slot("msr")], "T4");
+        assert_eq!(at("Terminating", "BYE"), [] as [usize; 0], "T13 handles msg.sips only");
+        assert_eq!(at("TalkingWithMS", "OPTIONS"), [] as [usize; 0], "no transition takes it");
+        // Msr keeps its state via `caller`, a `once` attribute; were it not, the holder found
+        // before the arm ran would have to be looked up again at commit.
+        assert!(dating.fixed_holders);
+        let source = include_str!("../../../services/dating.machine").replace("caller: session Caller once", "caller: session Caller");
+        let changing = Compiled::new(tandem_contract::parse(&source).expect("parses")).expect("compiles");
+        assert!(!changing.fixed_holders);
     }
 }

@@ -4,7 +4,7 @@ use crate::compiled::{CompileError, Compiled, MsgText, Operand, PayloadNav, Payl
 use crate::eval::{eval, nav_value, Env, Need, Value, Vars};
 use crate::event::{Event, Trigger};
 use crate::locks::{Acquire, Key, LockTable, Ticket, GLOBAL};
-use crate::reads::{to_value, Reads};
+use crate::reads::{to_value, Cells, Reads};
 use crate::sorted_set::SortedSet;
 use crate::stats::ServiceStats;
 use crate::transition::{Action, Actions, Transition};
@@ -470,9 +470,14 @@ impl<H: Handler> MachineService<H> {
                 if s.is_removed() {
                     return None;
                 }
+                // The `msg.sips.NAME` to read: those the state's candidates for this method
+                // read when the memo names the state, else (its state is on another
+                // session, not read yet) all of them.
+                let mut nav_slots = &compiled.sips_nav_slots[..];
                 let found = match s.attributes.memo() {
                     Some(memo) => {
                         let (role, candidates) = memo_candidates(compiled, memo);
+                        nav_slots = memo_place(memo).map_or(&[][..], |at| compiled.sips_nav_slots_at(at, method_index));
                         (candidates, role, None)
                     }
                     None => {
@@ -486,7 +491,7 @@ impl<H: Handler> MachineService<H> {
                         (&[][..], role, Some(via))
                     }
                 };
-                for &slot in &compiled.sips_nav_slots {
+                for &slot in nav_slots {
                     match s.attributes.get(&compiled.slots[slot]) {
                         None => {}
                         Some(tandem_container::AttrValue::Session(target)) => targets.push((slot, Operand::Session(*target))),
@@ -1080,9 +1085,10 @@ impl<H: Handler> MachineService<H> {
         let stats = &self.stats.transitions[transition];
         match result {
             Ok(()) => {
-                self.commit_state(ctx, neg, transition, vars, holder, done.created_sips, reads);
-                apply(ctx, &neg.event, &mut actions, reads);
-                self.finish_executions(ctx, neg, transition, vars, done.created_sips, reads);
+                let cells = Cells { reads, created: &done.created_cells };
+                self.commit_state(ctx, neg, transition, vars, holder, done.created_sips, &cells);
+                apply(ctx, &neg.event, &mut actions, &cells);
+                self.finish_executions(ctx, neg, transition, vars, done.created_sips, &cells);
                 stats.count.fetch_add(1, Relaxed);
             }
             Err(e) => {
@@ -1116,27 +1122,28 @@ impl<H: Handler> MachineService<H> {
         vars: &Vars,
         evaluated: Option<SessionId>,
         created: Option<SessionId>,
-        reads: &Reads,
+        cells: &Cells<'_>,
     ) {
         let t = self.compiled.transition(transition);
         let program = self.compiled.program(transition);
         let stays = t.stays;
         let sips = neg.event.session.or(created);
-        // A session that holds its execution's state still does (roles never change): no
+        // A session that holds its execution's state still does (roles never change), and one
+        // that keeps it via a `once` attribute still names the holder evaluation found: no
         // look-up then.
         let holder = match (neg.event.session, evaluated) {
-            (Some(s), Some(h)) if s == h => Some(h),
-            _ => sips.and_then(|s| self.holder(ctx, s, reads)),
+            (Some(s), Some(h)) if s == h || self.compiled.fixed_holders => Some(h),
+            _ => sips.and_then(|s| self.holder(ctx, s, cells)),
         };
         if let Some(holder) = holder {
             if !stays {
-                set_state(ctx, &self.compiled, reads, holder, &t.to.name, program.to_state);
+                set_state(ctx, &self.compiled, cells, holder, &t.to.name, program.to_state);
             }
         }
         for (i, (mv, index)) in t.moves.iter().zip(&program.move_states).enumerate() {
-            if let Some(s) = self.move_target(ctx, neg, transition, i, vars, reads) {
-                if let Some(holder) = self.holder(ctx, s, reads) {
-                    set_state(ctx, &self.compiled, reads, holder, &mv.to.name, *index);
+            if let Some(s) = self.move_target(ctx, neg, transition, i, vars, cells) {
+                if let Some(holder) = self.holder(ctx, s, cells) {
+                    set_state(ctx, &self.compiled, cells, holder, &mv.to.name, *index);
                 }
             }
         }
@@ -1152,7 +1159,7 @@ impl<H: Handler> MachineService<H> {
         transition: usize,
         i: usize,
         vars: &Vars,
-        reads: &Reads,
+        cells: &Cells<'_>,
     ) -> Option<SessionId> {
         let program = self.compiled.program(transition);
         let at = program.handles.len() + i;
@@ -1163,7 +1170,7 @@ impl<H: Handler> MachineService<H> {
         };
         let slots = &self.compiled.slots;
         let attr = |ctx: &mut Context<'_>, id: SessionId, slot: usize| {
-            with_session(ctx, reads, id, |s| s.attributes.get_session(&slots[slot])).flatten()
+            with_session(ctx, cells, id, |s| s.attributes.get_session(&slots[slot])).flatten()
         };
         match simple {
             Some(PayloadNav::Sips(SimpleNav::Sips)) => neg.event.session,
@@ -1189,7 +1196,7 @@ impl<H: Handler> MachineService<H> {
         transition: usize,
         vars: &Vars,
         created: Option<SessionId>,
-        reads: &Reads,
+        cells: &Cells<'_>,
     ) {
         let p = self.compiled.program(transition);
         // Most transitions end nothing: decided without comparing state names.
@@ -1202,10 +1209,10 @@ impl<H: Handler> MachineService<H> {
             ended.extend(neg.event.session.or(created));
         }
         for (i, _) in t.moves.iter().enumerate().filter(|(_, m)| self.compiled.finals.contains(&m.to.name)) {
-            ended.extend(self.move_target(ctx, neg, transition, i, vars, reads));
+            ended.extend(self.move_target(ctx, neg, transition, i, vars, cells));
         }
         for s in ended {
-            let app = match reads.cell(s) {
+            let app = match cells.cell(s) {
                 Some(cell) => Some(cell.lock()).filter(|s| !s.is_removed()).map(|s| s.app),
                 None => ctx.with_session(s, |_, s| s.app),
             };
@@ -1216,8 +1223,8 @@ impl<H: Handler> MachineService<H> {
     }
 
     /// The session carrying the execution state of `session`'s execution.
-    fn holder(&self, ctx: &mut Context<'_>, session: SessionId, reads: &Reads) -> Option<SessionId> {
-        with_session(ctx, reads, session, |s| {
+    fn holder(&self, ctx: &mut Context<'_>, session: SessionId, cells: &Cells<'_>) -> Option<SessionId> {
+        with_session(ctx, cells, session, |s| {
             let info = self.compiled.role(s.attributes.get_str(ROLE)?)?;
             if info.holds_state {
                 return Some(session);
@@ -1242,18 +1249,18 @@ fn fast_needed(held: &SortedSet<Key>, unneeded: Key) -> SortedSet<Key> {
     needed
 }
 
-/// Runs `f` on session `id`, through the cell evaluation kept if it reached the session (a
-/// session removed from the store since reads as missing, as a look-up would find it), else
-/// through a store look-up.
-fn with_session<R>(ctx: &mut Context<'_>, reads: &Reads, id: SessionId, f: impl FnOnce(&mut SipSession) -> R) -> Option<R> {
-    match reads.cell(id) {
+/// Runs `f` on session `id`, through the cell evaluation kept if it reached the session or the
+/// arm created it (a session removed from the store since reads as missing, as a look-up would
+/// find it), else through a store look-up.
+fn with_session<R>(ctx: &mut Context<'_>, cells: &Cells<'_>, id: SessionId, f: impl FnOnce(&mut SipSession) -> R) -> Option<R> {
+    match cells.cell(id) {
         Some(cell) => Some(cell.lock()).filter(|s| !s.is_removed()).map(|mut s| f(&mut s)),
         None => ctx.with_session(id, |_, s| f(s)),
     }
 }
 
-fn set_state(ctx: &mut Context<'_>, compiled: &Compiled, reads: &Reads, holder: SessionId, state: &str, index: Option<usize>) {
-    with_session(ctx, reads, holder, |s| set_state_on(compiled, s, state, index));
+fn set_state(ctx: &mut Context<'_>, compiled: &Compiled, cells: &Cells<'_>, holder: SessionId, state: &str, index: Option<usize>) {
+    with_session(ctx, cells, holder, |s| set_state_on(compiled, s, state, index));
 }
 
 /// Writes `state` (at `index`, see `Program::to_state`) on a state holder.
@@ -1828,7 +1835,7 @@ fn answer_absorbed(ctx: &mut Context<'_>, event: &Event<'_>) {
 /// another executor are posted there.
 // Drains `actions` in place: moving the inline vector (by value, then into its iterator) was
 // two copies of a few hundred bytes per transition.
-fn apply(ctx: &mut Context<'_>, event: &Event<'_>, actions: &mut Actions, reads: &Reads) {
+fn apply(ctx: &mut Context<'_>, event: &Event<'_>, actions: &mut Actions, cells: &Cells<'_>) {
     for action in actions.drain(..) {
         match action {
             Action::Respond { status, headers, body } => {
@@ -1841,9 +1848,10 @@ fn apply(ctx: &mut Context<'_>, event: &Event<'_>, actions: &mut Actions, reads:
             Action::OnSession { session, op } => {
                 // One look-up: the session's home, and the action itself when it is this
                 // executor's.
-                // Borrowed from the reads if evaluation kept it (no reference count traffic).
+                // Borrowed from the reads if evaluation kept it or the arm created it (no
+                // reference count traffic).
                 let found;
-                let cell = match reads.cell(session) {
+                let cell = match cells.cell(session) {
                     Some(cell) => cell,
                     None => match ctx.session(session) {
                         Some(cell) => {

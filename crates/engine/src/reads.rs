@@ -207,6 +207,19 @@ impl Reads {
     }
 }
 
+/// The cells a transition's commit reaches its sessions through (no store look-up for them):
+/// those its evaluation read, then those its arm created.
+pub(crate) struct Cells<'r> {
+    pub reads: &'r Reads,
+    pub created: &'r [(SessionId, SessionCell)],
+}
+
+impl Cells<'_> {
+    pub fn cell(&self, id: SessionId) -> Option<&SessionCell> {
+        self.reads.cell(id).or_else(|| self.created.iter().find(|(c, _)| *c == id).map(|(_, cell)| cell))
+    }
+}
+
 /// Whether a session read at attributes' `generation` still exists with nothing changed since
 /// (one lock on its cell).
 pub(crate) fn unchanged_since(cell: &SessionCell, generation: u64) -> bool {

@@ -6,7 +6,7 @@ use crate::engine::{key, ROLE};
 use crate::eval::Vars;
 use crate::event::{Event, Trigger};
 use crate::locks::Key;
-use crate::reads::Reads;
+use crate::reads::{Cells, Reads};
 use crate::sorted_set::SortedSet;
 use bytes::Bytes;
 use std::borrow::Cow;
@@ -86,6 +86,8 @@ pub(crate) type Actions = smallvec::SmallVec<[Action; 2]>;
 pub(crate) struct Done {
     pub created_sips: Option<SessionId>,
     pub created_apps: Vec<AppSessionId>,
+    /// The cells of the sessions the arm created: the commit reaches them without a look-up.
+    pub created_cells: smallvec::SmallVec<[(SessionId, SessionCell); 2]>,
 }
 
 pub struct Transition<'c, 'a> {
@@ -139,7 +141,7 @@ impl<'c, 'a> Transition<'c, 'a> {
     }
 
     pub(crate) fn finish(self) -> Done {
-        Done { created_sips: self.created_sips, created_apps: self.created_apps }
+        Done { created_sips: self.created_sips, created_apps: self.created_apps, created_cells: self.created_cells }
     }
 
     pub fn event(&self) -> &Event<'c> {
@@ -182,8 +184,7 @@ impl<'c, 'a> Transition<'c, 'a> {
     }
 
     fn with_unchecked<R>(&mut self, id: SessionId, f: impl FnOnce(&mut SipSession) -> R) -> Option<R> {
-        let cell = self.reads.cell(id).or_else(|| self.created_cells.iter().find(|(c, _)| *c == id).map(|(_, cell)| cell));
-        match cell {
+        match (Cells { reads: self.reads, created: &self.created_cells }).cell(id) {
             Some(cell) => {
                 let mut s = cell.lock();
                 (!s.is_removed()).then(|| f(&mut s))
@@ -216,6 +217,25 @@ impl<'c, 'a> Transition<'c, 'a> {
             return Err(TransitionError::UnknownRole(role.to_string()));
         }
         self.set_attr(id, ROLE, AttrValue::Str(role.to_string()))
+    }
+
+    /// Gives a session its role and first attributes at once: one lock of the session, where
+    /// [`Self::set_role`] and a [`Self::set_attr`] per attribute take it each time.
+    pub fn set_role_and_attrs<const N: usize>(
+        &mut self,
+        id: SessionId,
+        role: &str,
+        attrs: [(&str, AttrValue); N],
+    ) -> Result<(), TransitionError> {
+        if self.compiled.role(role).is_none() {
+            return Err(TransitionError::UnknownRole(role.to_string()));
+        }
+        self.with(id, |s| {
+            s.attributes.set(ROLE, AttrValue::Str(role.to_string()));
+            for (name, value) in attrs {
+                s.attributes.set(name, value);
+            }
+        })
     }
 
     fn request(&self) -> Option<Request<'c>> {

@@ -87,12 +87,9 @@ impl Handler for Dating {
             Arm::T1 => {
                 let offer = t.event().body();
                 let caller = t.accept()?;
-                t.set_role(caller, "Caller")?;
-                t.set_attr(caller, "sdp", AttrValue::Bytes(offer))?;
                 let msr = t.create_leg("sip:dating@tandem.invalid", &self.media_uri, self.media)?;
-                t.set_role(msr, "Msr")?;
-                t.set_attr(msr, "caller", AttrValue::Session(caller))?;
-                t.set_attr(caller, "msr", AttrValue::Session(msr))?;
+                t.set_role_and_attrs(caller, "Caller", [("sdp", AttrValue::Bytes(offer)), ("msr", AttrValue::Session(msr))])?;
+                t.set_role_and_attrs(msr, "Msr", [("caller", AttrValue::Session(caller))])?;
                 t.invite(msr, Some(Body::new("text/plain", caller.to_string())))?;
             }
             // Msr?OK: answer the caller with the media service's SDP.
