@@ -31,6 +31,10 @@ def runs(results):
         host = "AMD" if "AMD" in cpu else "Intel" if "Intel" in cpu else cpu
         if d.get("dating_cpus"):  # both dating tandems on the same CPUs (`--dating-cpus`)
             host += ", CPU " + ",".join(map(str, d["dating_cpus"]))
+        if d.get("side_by_side_first") == "dating_manual":  # `--swap-sides`
+            host += ", swapped"
+        if d.get("binary"):  # not target/release/tandem (`--binary`, e.g. the PGO build)
+            host += ", " + d["binary"]
         found.append({"file": os.path.basename(path), "generated": d.get("generated", ""),
                       "git": m.get("git", ""), "host": host,
                       "capacity": d.get("capacity_executions"), "invariants": d.get("invariants_ok"),

@@ -60,6 +60,13 @@ from find_max_rate import machine as describe_machine  # noqa: E402
 from capture_latency import header as sip_header, packets as pcap_packets  # noqa: E402
 RESULTS = os.path.join(REPO, "bench", "results")
 BINARY = os.path.join(REPO, "target", "release", "tandem")
+DEFAULT_BINARY = BINARY
+
+
+def built_binary():
+    """The tandem binary the run used, relative to the repository, if not the default one
+    (e.g. `bench/dating/pgo.sh`'s profile-guided build); None for the default."""
+    return None if BINARY == DEFAULT_BINARY else os.path.relpath(BINARY, REPO)
 TEST_SCEN = os.path.join(REPO, "tests", "dating", "scenarios")
 SCEN = {
     "cancel": os.path.join(TEST_SCEN, "cancel.xml"),
@@ -846,7 +853,8 @@ def capacity_search(service, args):
         # (both at once, `service`'s run decides), so that the loads derived from it are the
         # ones `service` keeps up with in the comparison itself.
         if args.side_by_side and service == "dating_manual":
-            got = run_side_by_side(["dating", service], target, args, "cap-%d" % target, duration)
+            pair = [service, "dating"] if args.swap_sides else ["dating", service]
+            got = run_side_by_side(pair, target, args, "cap-%d" % target, duration)
             log(summary_line(got["dating"]))
             return got[service]
         return run_once(service, target, duration, args, label="cap-%s-%d" % (service, target))
@@ -946,7 +954,7 @@ def compare(args):
             runs[(lvl, "dating_manual")] = {"service": "dating_manual", "missing": manual_missing}
         svcs = ["dating"] if manual_missing else ["dating", "dating_manual"]
         if args.side_by_side and len(svcs) == 2:
-            got = run_side_by_side(svcs, target, args, lvl)
+            got = run_side_by_side(svcs[::-1] if args.swap_sides else svcs, target, args, lvl)
         else:
             got = {svc: run_once(svc, target, args.duration, args, label="%s-%s" % (lvl, svc))
                    for svc in svcs}
@@ -966,7 +974,7 @@ def aa_check(args):
     loads = {"expected": max(2, int(round(cap * 0.8))), "overload": cap}
     out = {"generated": datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
            "service": svc, "duration_s": args.duration, "dating_cpu_limit": args.dating_cpu,
-           "dating_cpus": args.dating_cpus,
+           "dating_cpus": args.dating_cpus, "binary": built_binary(),
            "machine": machine(), "loads": loads, "runs": {}}
     rows = []
     for lvl, target in loads.items():
@@ -1083,7 +1091,11 @@ def report(args, mach, cap, cap_src, levels, loads, runs, manual_missing):
         "media_answer_delay": args.answer_delay,
         "dating_cpu_limit": args.dating_cpu,
         "dating_cpus": args.dating_cpus,
+        "binary": built_binary(),
         "side_by_side": bool(getattr(args, "side_by_side", False)),
+        # which version the driver's main thread ran (the other ran in a second thread)
+        "side_by_side_first": ("dating_manual" if getattr(args, "swap_sides", False) else "dating")
+        if getattr(args, "side_by_side", False) else None,
         "runs": {"%s/%s" % k: compact(v) for k, v in runs.items()},
     }
     if manual_missing:
@@ -1143,6 +1155,12 @@ def write_md(out, runs, loads, plots):
     if out.get("dating_cpus"):
         L.append("**CPUs**: every dating tandem ran on CPU(s) %s only (`--dating-cpus`): side by "
                  "side, both versions on the same CPUs.\n" % ",".join(map(str, out["dating_cpus"])))
+    if out.get("side_by_side_first") == "dating_manual":
+        L.append("**Sides swapped** (`--swap-sides`): the hand-optimized version ran in the "
+                 "driver's main thread, the contract version in the second one.\n")
+    if out.get("binary"):
+        L.append("**Binary**: `%s` (`--binary`; one binary holds both versions), not the default "
+                 "`target/release/tandem`.\n" % out["binary"])
     races = sum(r.get("calls_failed_sipp_race") or 0 for r in runs.values() if not r.get("missing"))
     if races:
         L.append("**SIPp races**: %d failed call(s) were a message SIPp took in just before a "
@@ -1331,6 +1349,12 @@ def rereport(args):
         runs[(lvl, svc)] = r
     args.quick = old.get("mode") == "quick"
     args.side_by_side = old.get("side_by_side", False)
+    args.swap_sides = old.get("side_by_side_first") == "dating_manual"
+    args.dating_cpu = old.get("dating_cpu_limit", args.dating_cpu)
+    args.dating_cpus = old.get("dating_cpus", args.dating_cpus)
+    if old.get("binary"):
+        global BINARY
+        BINARY = os.path.join(REPO, old["binary"])
     args.duration = old.get("duration_s")
     args.answer_delay = old.get("media_answer_delay", args.answer_delay)
     missing = old.get("manual_version")
@@ -1389,7 +1413,18 @@ def main():
                          "any). Side by side, one CPU for both versions puts them on the same "
                          "(virtual) CPU, so that what slows one CPU of a shared host down falls "
                          "on both, as the run's other disturbances do")
+    ap.add_argument("--swap-sides", action="store_true",
+                    help="side by side: run dating_manual in the driver's main thread and dating "
+                         "in the second one (default: the other way round), to tell the rig's "
+                         "own asymmetry from the versions'")
+    ap.add_argument("--binary", default=None,
+                    help="the tandem binary for every tandem of the run (default "
+                         "target/release/tandem), e.g. target/pgo/release/tandem from "
+                         "bench/dating/pgo.sh; recorded in dating.json and the report")
     args = ap.parse_args()
+    if args.binary:
+        global BINARY
+        BINARY = os.path.abspath(args.binary)
     # SIGTERM / SIGINT: unwind so that the finally blocks stop our SIPps and tandems
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.duration is None:
