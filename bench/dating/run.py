@@ -61,12 +61,6 @@ from capture_latency import header as sip_header, packets as pcap_packets  # noq
 RESULTS = os.path.join(REPO, "bench", "results")
 BINARY = os.path.join(REPO, "target", "release", "tandem")
 DEFAULT_BINARY = BINARY
-
-
-def built_binary():
-    """The tandem binary the run used, relative to the repository, if not the default one
-    (e.g. `bench/dating/pgo.sh`'s profile-guided build); None for the default."""
-    return None if BINARY == DEFAULT_BINARY else os.path.relpath(BINARY, REPO)
 TEST_SCEN = os.path.join(REPO, "tests", "dating", "scenarios")
 SCEN = {
     "cancel": os.path.join(TEST_SCEN, "cancel.xml"),
@@ -184,6 +178,11 @@ def ratio(a, b):
 CGROUP_CPU = "/sys/fs/cgroup/cpu"
 CPU_PERIOD_US = 10000
 
+
+def built_binary():
+    """The tandem binary the run used, relative to the repository, if not the default one
+    (e.g. `bench/dating/pgo.sh`'s profile-guided build); None for the default."""
+    return None if BINARY == DEFAULT_BINARY else os.path.relpath(BINARY, REPO)
 
 def cpu_list(text):
     """`1`, `0-1`, `0,2`: the CPU numbers, sorted (for os.sched_setaffinity and the report);

@@ -470,15 +470,14 @@ impl<H: Handler> MachineService<H> {
                 if s.is_removed() {
                     return None;
                 }
-                // The `msg.sips.NAME` to read: those the state's candidates for this method
-                // read when the memo names the state, else (its state is on another
+                // With it the `msg.sips.NAME` to read: those the state's candidates for this
+                // method read when the memo names the state, else (its state is on another
                 // session, not read yet) all of them.
-                let mut nav_slots = &compiled.sips_nav_slots[..];
-                let found = match s.attributes.memo() {
+                let (found, nav_slots) = match s.attributes.memo() {
                     Some(memo) => {
                         let (role, candidates) = memo_candidates(compiled, memo);
-                        nav_slots = memo_place(memo).map_or(&[][..], |at| compiled.sips_nav_slots_at(at, method_index));
-                        (candidates, role, None)
+                        let nav_slots = memo_place(memo).map_or(&[][..], |at| compiled.sips_nav_slots_at(at, method_index));
+                        ((candidates, role, None), nav_slots)
                     }
                     None => {
                         // A role that keeps its state on another session (`state via`).
@@ -488,7 +487,7 @@ impl<H: Handler> MachineService<H> {
                             return None;
                         }
                         let via = s.attributes.get_session(&compiled.slots[info.state_via_slot?])?;
-                        (&[][..], role, Some(via))
+                        ((&[][..], role, Some(via)), &compiled.sips_nav_slots[..])
                     }
                 };
                 for &slot in nav_slots {
@@ -1212,11 +1211,7 @@ impl<H: Handler> MachineService<H> {
             ended.extend(self.move_target(ctx, neg, transition, i, vars, cells));
         }
         for s in ended {
-            let app = match cells.cell(s) {
-                Some(cell) => Some(cell.lock()).filter(|s| !s.is_removed()).map(|s| s.app),
-                None => ctx.with_session(s, |_, s| s.app),
-            };
-            if let Some(app) = app {
+            if let Some(app) = with_session(ctx, cells, s, |s| s.app) {
                 ctx.invalidate(app);
             }
         }

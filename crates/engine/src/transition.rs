@@ -213,10 +213,7 @@ impl<'c, 'a> Transition<'c, 'a> {
 
     /// Gives a session its role (roles are single-assignment: set it once).
     pub fn set_role(&mut self, id: SessionId, role: &str) -> Result<(), TransitionError> {
-        if self.compiled.role(role).is_none() {
-            return Err(TransitionError::UnknownRole(role.to_string()));
-        }
-        self.set_attr(id, ROLE, AttrValue::Str(role.to_string()))
+        self.set_role_and_attrs(id, role, [])
     }
 
     /// Gives a session its role and first attributes at once: one lock of the session, where
