@@ -49,6 +49,10 @@ pub struct Compiled {
     /// names its state (most messages need none or one: scanning a session's attributes for
     /// every slot was the hottest loop of its look at the session).
     sips_nav_slots_at: Vec<Vec<Vec<usize>>>,
+    /// What selection decides from the state, the method and `msg.sips.role` alone, by
+    /// [`Compiled::selection_at`]'s index: most messages need no guard evaluated, only this
+    /// look-up (the dating contract decides 17 of its 20 transitions so).
+    selections: Vec<Selection>,
     /// Every slot a [`PayloadNav::VarAttr`] reads: the fast path reads them in its one look
     /// at the payload's session.
     pub(crate) payload_nav_slots: Vec<usize>,
@@ -455,6 +459,31 @@ impl Simple {
             Simple::Or(a, b) => a.holds(sips_role, text) || b.holds(sips_role, text),
         }
     }
+
+    /// Whether it reads nothing of the message but its method (and `msg.sips.role`): its
+    /// truth is then fixed by the state's candidates, the method and the role.
+    fn reads_only_method(&self) -> bool {
+        match self {
+            Simple::Bool(_) | Simple::SipsRole { .. } => true,
+            Simple::Text { of, .. } => *of == MsgText::Method,
+            Simple::Not(e) => e.reads_only_method(),
+            Simple::And(a, b) | Simple::Or(a, b) => a.reads_only_method() && b.reads_only_method(),
+        }
+    }
+}
+
+/// The fast path's selection for one state, method and `msg.sips.role`, decided when
+/// compiling.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Selection {
+    /// No transition is enabled.
+    Nothing,
+    /// This transition alone is enabled (its guard simple, its handles `msg.sips` or its
+    /// attributes).
+    One(usize),
+    /// A guard reads more than the method and role (a payload, `msg.cseq`), is not simple, or
+    /// several hold: evaluated per message.
+    Evaluate,
 }
 
 /// `msg.method`, `msg.cseq` or `msg.timer` (no steps after it).
@@ -724,6 +753,60 @@ fn after_method_test(guard: CExpr) -> CExpr {
     }
 }
 
+/// The role's column in [`Compiled::selection_at`]'s table: a role's index, or `roles` for no
+/// session (a session without a role: none, evaluated).
+fn selection_role(roles: usize, sips_role: Option<Option<usize>>) -> Option<usize> {
+    match sips_role {
+        None => Some(roles),
+        Some(Some(role)) => Some(role),
+        Some(None) => None,
+    }
+}
+
+/// [`Compiled::selections`]: for each state some transition leaves, each method a guard names
+/// and each role (then no session), the candidates' simple guards evaluated as the fast path
+/// would for such a message.
+fn selections(by_state: &Names<Vec<usize>>, programs: &[Program], methods: &[(SmolStr, bool)], roles: usize) -> Vec<Selection> {
+    let mut table = Vec::with_capacity(by_state.0.len() * methods.len() * (roles + 1));
+    for (_, candidates) in &by_state.0 {
+        for (m, (name, _)) in methods.iter().enumerate() {
+            for role in 0..=roles {
+                let sips_role = if role == roles { None } else { Some(Some(role)) };
+                let text = |of: MsgText| match of {
+                    MsgText::Method => name.as_str(),
+                    // Not read: `reads_only_method` was checked first.
+                    MsgText::Cseq | MsgText::Timer => "",
+                };
+                let mut selection = Selection::Nothing;
+                for &c in candidates {
+                    let p = &programs[c];
+                    if !p.takes(Some(m), name) {
+                        continue;
+                    }
+                    let enabled = match (&p.simple_guard, &p.simple_navs) {
+                        (Some(guard), Some(_)) if guard.reads_only_method() => guard.holds(sips_role, &text),
+                        _ => {
+                            selection = Selection::Evaluate;
+                            break;
+                        }
+                    };
+                    if enabled {
+                        selection = match selection {
+                            Selection::Nothing => Selection::One(c),
+                            _ => {
+                                selection = Selection::Evaluate;
+                                break;
+                            }
+                        };
+                    }
+                }
+                table.push(selection);
+            }
+        }
+    }
+    table
+}
+
 impl Program {
     /// The `msg.sips` attributes its guard, handles and moves read (a simple or payload
     /// program; none for another).
@@ -855,6 +938,7 @@ impl Compiled {
                     .collect()
             })
             .collect();
+        let selections = selections(&by_state, &programs, &direct_methods, roles.0.len());
         let mut payload_nav_slots: Vec<usize> = programs
             .iter()
             .flat_map(|p| p.payload.iter().flat_map(|p| &p.navs))
@@ -871,6 +955,7 @@ impl Compiled {
             fixed_holders,
             sips_nav_slots,
             sips_nav_slots_at,
+            selections,
             payload_nav_slots,
             initial_at,
             initial_text: SmolStr::new(&initial),
@@ -918,6 +1003,11 @@ impl Compiled {
         method.map_or(self.direct_otherwise, |i| self.direct_methods[i].1)
     }
 
+    /// The initial state's place (None: no transition leaves it).
+    pub(crate) fn initial_at(&self) -> Option<usize> {
+        self.initial_at
+    }
+
     /// The candidates of the initial state.
     pub(crate) fn initial_candidates(&self) -> &[usize] {
         self.initial_at.map_or(&[], |at| self.candidates_at(at))
@@ -933,6 +1023,18 @@ impl Compiled {
         let Some(by_method) = self.sips_nav_slots_at.get(place) else { return &[] };
         let at = method.unwrap_or(by_method.len().saturating_sub(1));
         by_method.get(at).map_or(&[], Vec::as_slice)
+    }
+
+    /// What selection decides, without evaluating, for a message of the method at `method`
+    /// ([`Self::event_method_index`]) in the state at `place` whose `msg.sips.role` is
+    /// `sips_role` (None: no session, an initial request).
+    #[inline]
+    pub(crate) fn selection_at(&self, place: usize, method: Option<usize>, sips_role: Option<Option<usize>>) -> Selection {
+        let (Some(method), Some(role)) = (method, selection_role(self.roles.0.len(), sips_role)) else {
+            return Selection::Evaluate;
+        };
+        let at = (place * self.direct_methods.len() + method) * (self.roles.0.len() + 1) + role;
+        self.selections.get(at).copied().unwrap_or(Selection::Evaluate)
     }
 
     /// The candidates of the state at `index` (a place among the states some transition
@@ -1309,5 +1411,51 @@ transition T3: Busy -> same
         let source = include_str!("../../../services/dating.machine").replace("caller: session Caller once", "caller: session Caller");
         let changing = Compiled::new(tandem_contract::parse(&source).expect("parses")).expect("compiles");
         assert!(!changing.fixed_holders);
+    }
+
+    #[test]
+    fn selection_is_decided_from_state_method_and_role_where_the_guards_read_nothing_else() {
+        let dating =
+            Compiled::new(tandem_contract::parse(include_str!("../../../services/dating.machine")).expect("parses")).expect("compiles");
+        let role = |n: &str| Some(Some(dating.role_index(n).expect("a role")));
+        let at = |state: &str, method: &str, sips_role: Option<Option<usize>>| {
+            let place = dating.by_state.position(state).expect("a state some transition leaves");
+            dating.selection_at(place, dating.method_index(method), sips_role)
+        };
+        let t = |n: usize| Selection::One(n - 1);
+        assert_eq!(at("Idle", "INVITE", None), t(1), "an initial INVITE");
+        assert_eq!(at("Idle", "INVITE", role("Caller")), Selection::Nothing, "T1 wants no role");
+        assert_eq!(at("InvitingMS", "OK", role("Msr")), t(2));
+        assert_eq!(at("InvitingMS", "OK", role("Caller")), Selection::Nothing);
+        assert_eq!(at("ConnectingMS2Caller", "ACK", role("Caller")), t(4));
+        assert_eq!(at("ConnectingMS2Caller", "BYE", role("Caller")), t(15));
+        assert_eq!(at("TalkingWithMS", "BYE", role("Caller")), t(5));
+        assert_eq!(at("TalkingWithMS", "BYE", role("Msr")), t(18));
+        assert_eq!(at("TalkingWithPeer", "BYE", role("Caller")), t(11));
+        assert_eq!(at("Pairing", "BYE", role("Caller")), t(14));
+        assert_eq!(at("Pairing", "MESSAGE", role("Msr")), t(9), "T9 reads no payload");
+        // T6 and T7 read the payload's session, T12 `msg.cseq`: evaluated per message.
+        assert_eq!(at("TalkingWithMS", "MESSAGE", role("Msr")), Selection::Evaluate);
+        assert_eq!(at("Terminating", "OK", role("Caller")), Selection::Evaluate);
+        assert_eq!(at("Terminating", "BYE", role("Caller")), t(13));
+        // A method no guard names, or a session without a role: not decided here.
+        assert_eq!(dating.selection_at(0, None, role("Caller")), Selection::Evaluate);
+        assert_eq!(dating.selection_at(0, dating.method_index("BYE"), Some(None)), Selection::Evaluate);
+        // Every transition but those three is decided from the table somewhere.
+        let mut decided: Vec<usize> =
+            dating.selections.iter().filter_map(|s| if let Selection::One(t) = s { Some(t + 1) } else { None }).collect();
+        decided.sort_unstable();
+        decided.dedup();
+        assert_eq!(decided, [1, 2, 3, 4, 5, 8, 9, 10, 11, 13, 14, 15, 16, 17, 18, 19, 20]);
+        // Two guards that hold together (T9 made to take the caller's BYE, as T13 does in
+        // `Terminating`) are left to evaluation, which finds the ambiguity.
+        let source = include_str!("../../../services/dating.machine").replace(
+            "when msg.method == MESSAGE && msg.sips.role == Msr\n  handles msg.sips\n",
+            "when msg.method == BYE && msg.sips.role == Caller\n  handles msg.sips\n",
+        );
+        assert_ne!(source, include_str!("../../../services/dating.machine"));
+        let ambiguous = Compiled::new(tandem_contract::parse(&source).expect("parses")).expect("compiles");
+        let place = ambiguous.by_state.position("Terminating").expect("a state");
+        assert_eq!(ambiguous.selection_at(place, ambiguous.method_index("BYE"), role("Caller")), Selection::Evaluate);
     }
 }

@@ -1,6 +1,8 @@
 //! The machine service: events in, negotiation, one handler arm, commit, release.
 
-use crate::compiled::{CompileError, Compiled, MsgText, Operand, PayloadNav, PayloadView, SimpleNav, Step, ROLE_SLOT, STATE_SLOT};
+use crate::compiled::{
+    CompileError, Compiled, MsgText, Operand, PayloadNav, PayloadView, Selection, SimpleNav, Step, ROLE_SLOT, STATE_SLOT,
+};
 use crate::eval::{eval, nav_value, Env, Need, Value, Vars};
 use crate::event::{Event, Trigger};
 use crate::locks::{Acquire, Key, LockTable, Ticket, GLOBAL};
@@ -437,7 +439,8 @@ impl<H: Handler> MachineService<H> {
     /// all have a [`crate::compiled::Simple`] guard and `msg.sips` handles (18 of the dating
     /// contract's 20): one locked look at the message's session (and, for a role whose state
     /// is kept `via` another session, one at that session) finds the role and state as
-    /// indices (the memo the commit leaves, `Attributes::memo`), decides the guards, and reads
+    /// indices (the memo the commit leaves, `Attributes::memo`), decides the guards (most by
+    /// one look-up, `Compiled::selection_at`; guards that read more are evaluated), and reads
     /// the handles' sessions; no general prediction, outcome or record is built. It selects
     /// what `predict_direct` would (the same transition, sessions, state holder and record:
     /// checked under the locks with `engine.verify_direct`), or that the message enables
@@ -452,13 +455,12 @@ impl<H: Handler> MachineService<H> {
     /// it returns None.
     fn fast_select(&self, ctx: &mut Context<'_>, event: &Event<'_>, keys: &mut SortedSet<Key>, reads: &mut Reads) -> Option<Fast> {
         let compiled = &self.compiled;
-        let method = event.method();
         let method_index = compiled.event_method_index(event);
         let mut targets: smallvec::SmallVec<[(usize, Operand); 4]> = smallvec::SmallVec::new();
         let mut app = None;
-        // The candidates, `msg.sips.role`, the state holder.
-        let (candidates, sips_role, holder) = match event.session {
-            None if matches!(event.trigger, Trigger::Request { .. }) => (compiled.initial_candidates(), None, None),
+        // The state's place, `msg.sips.role`, the state holder.
+        let (place, sips_role, holder) = match event.session {
+            None if matches!(event.trigger, Trigger::Request { .. }) => (compiled.initial_at(), None, None),
             None => return None,
             Some(id) => {
                 // A session gone from the store never comes back (IDs are not reused): the
@@ -475,9 +477,9 @@ impl<H: Handler> MachineService<H> {
                 // session, not read yet) all of them.
                 let (found, nav_slots) = match s.attributes.memo() {
                     Some(memo) => {
-                        let (role, candidates) = memo_candidates(compiled, memo);
-                        let nav_slots = memo_place(memo).map_or(&[][..], |at| compiled.sips_nav_slots_at(at, method_index));
-                        ((candidates, role, None), nav_slots)
+                        let place = memo_place(memo);
+                        let nav_slots = place.map_or(&[][..], |at| compiled.sips_nav_slots_at(at, method_index));
+                        ((place, memo_role(memo), None), nav_slots)
                     }
                     None => {
                         // A role that keeps its state on another session (`state via`).
@@ -487,7 +489,7 @@ impl<H: Handler> MachineService<H> {
                             return None;
                         }
                         let via = s.attributes.get_session(&compiled.slots[info.state_via_slot?])?;
-                        ((&[][..], role, Some(via)), &compiled.sips_nav_slots[..])
+                        ((None, role, Some(via)), &compiled.sips_nav_slots[..])
                     }
                 };
                 for &slot in nav_slots {
@@ -501,9 +503,9 @@ impl<H: Handler> MachineService<H> {
                 let generation = s.attributes.generation();
                 drop(s);
                 reads.record(id, cell, generation);
-                let (candidates, role, via) = found;
+                let (place, role, via) = found;
                 match via {
-                    None => (candidates, Some(Some(role)), Some(id)),
+                    None => (place, Some(Some(role)), Some(id)),
                     Some(h) if h == id => return None,
                     Some(h) => {
                         let cell = ctx.session(h)?;
@@ -513,46 +515,22 @@ impl<H: Handler> MachineService<H> {
                         let generation = s.attributes.generation();
                         drop(s);
                         reads.record(h, cell, generation);
-                        (memo_candidates(compiled, memo).1, Some(Some(role)), Some(h))
+                        (memo_place(memo), Some(Some(role)), Some(h))
                     }
                 }
             }
-        };
-        let text = |of: MsgText| match of {
-            MsgText::Method => method,
-            MsgText::Cseq => event.cseq_method(),
-            MsgText::Timer => event.timer(),
         };
         // `session(msg.payl)`, read the first time a candidate binds it.
         let mut payload: Option<PayloadRead> = None;
         let mut state_read = false;
-        let mut chosen = None;
-        for &index in candidates {
-            let program = compiled.program(index);
-            if !program.takes(method_index, method) {
-                continue;
+        // Most messages are decided by the state, method and role alone (no guard evaluated).
+        let transition = match place.map_or(Selection::Nothing, |at| compiled.selection_at(at, method_index, sips_role)) {
+            Selection::Nothing => None,
+            Selection::One(index) => Some(index),
+            Selection::Evaluate => {
+                self.evaluate_candidates(ctx, event, place, sips_role, &targets, reads, &mut payload, &mut state_read)?
             }
-            let enabled = match (&program.simple_guard, &program.simple_navs, &program.payload) {
-                (Some(guard), Some(_), _) => guard.holds(sips_role, &text),
-                (_, _, Some(p)) => {
-                    if payload.is_none() {
-                        payload = Some(read_payload(ctx, compiled, event, reads)?);
-                    }
-                    let found = payload.as_ref()?;
-                    let sips = match event.session {
-                        Some(id) => Operand::Session(id),
-                        None => Operand::Other,
-                    };
-                    let view = PayloadView { var: found.var, var_place: found.place, sips, sips_attrs: &targets };
-                    p.guard.holds(sips_role, &text, &view, &mut state_read)?
-                }
-                _ => return None,
-            };
-            if enabled && chosen.replace(index).is_some() {
-                return None;
-            }
-        }
-        let transition = chosen;
+        };
         let program = transition.map(|t| compiled.program(t));
         if let Some(id) = event.session {
             keys.insert(key(id));
@@ -614,6 +592,61 @@ impl<H: Handler> MachineService<H> {
             }
         }
         Some(Fast { transition, holder, app, vars, unneeded })
+    }
+
+    /// The fast path's selection where [`Compiled::selection_at`] cannot decide it: each
+    /// candidate's guard evaluated, reading the payload's session the first time one binds it.
+    /// Some(None): nothing enabled; None: the general path decides (several enabled, a guard
+    /// it cannot evaluate). Out of line: most messages do not need it.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn evaluate_candidates(
+        &self,
+        ctx: &mut Context<'_>,
+        event: &Event<'_>,
+        place: Option<usize>,
+        sips_role: Option<Option<usize>>,
+        targets: &[(usize, Operand)],
+        reads: &mut Reads,
+        payload: &mut Option<PayloadRead>,
+        state_read: &mut bool,
+    ) -> Option<Option<usize>> {
+        let compiled = &self.compiled;
+        let method = event.method();
+        let method_index = compiled.event_method_index(event);
+        let text = |of: MsgText| match of {
+            MsgText::Method => method,
+            MsgText::Cseq => event.cseq_method(),
+            MsgText::Timer => event.timer(),
+        };
+        let candidates = place.map_or(&[][..], |at| compiled.candidates_at(at));
+        let mut chosen = None;
+        for &index in candidates {
+            let program = compiled.program(index);
+            if !program.takes(method_index, method) {
+                continue;
+            }
+            let enabled = match (&program.simple_guard, &program.simple_navs, &program.payload) {
+                (Some(guard), Some(_), _) => guard.holds(sips_role, &text),
+                (_, _, Some(p)) => {
+                    if payload.is_none() {
+                        *payload = Some(read_payload(ctx, compiled, event, reads)?);
+                    }
+                    let found = payload.as_ref()?;
+                    let sips = match event.session {
+                        Some(id) => Operand::Session(id),
+                        None => Operand::Other,
+                    };
+                    let view = PayloadView { var: found.var, var_place: found.place, sips, sips_attrs: targets };
+                    p.guard.holds(sips_role, &text, &view, state_read)?
+                }
+                _ => return None,
+            };
+            if enabled && chosen.replace(index).is_some() {
+                return None;
+            }
+        }
+        Some(chosen)
     }
 
     /// Takes the fast path's locks, checks that nothing it read changed meanwhile, and runs
