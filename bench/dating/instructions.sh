@@ -15,11 +15,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-target/release/tandem}
-SCEN=bench/dating/scenarios
 command -v valgrind >/dev/null || { echo "valgrind missing (apt-get install valgrind)"; exit 2; }
 command -v sipp >/dev/null || { echo "sipp missing (apt-get install sip-tester)"; exit 2; }
 [ -x "$BIN" ] || { echo "$BIN missing (cargo build --release -p tandem)"; exit 2; }
-port() { python3 -c 'import socket;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+. bench/dating/workload.sh
 work=$(mktemp -d /tmp/tandem-instructions.XXXXXX)
 trap '[ -n "${KEEP:-}" ] && echo "callgrind outputs kept in $work" >&2 || rm -rf "$work"' EXIT
 
@@ -30,25 +29,9 @@ for kv in ${SETS:-}; do extra_sets+=(--set "$kv"); done
 
 # prints "messages EVENT=COUNT ..." (Ir=instructions; CACHE=1: every simulated event)
 measure() {
-    local svc=$1 calls=$2 mp ma dp da sp media dating
-    mp=$(port); ma=$(port); dp=$(port); da=$(port); sp=$(port)
-    "$BIN" run --listen udp:127.0.0.1:$mp --admin 127.0.0.1:$ma --service media \
-        --set media.preference_delay=300ms --set media.answer_delay=0s >"$work/media.log" 2>&1 &
-    media=$!
-    valgrind --tool=callgrind ${tool_args[@]+"${tool_args[@]}"} --callgrind-out-file="$work/cg-$svc-$calls.out" "$BIN" run --listen udp:127.0.0.1:$dp \
-        --admin 127.0.0.1:$da --service "$svc" --set dating.media=127.0.0.1:$mp \
-        --set container.executors=2 ${extra_sets[@]+"${extra_sets[@]}"} >"$work/dating.log" 2>&1 &
-    dating=$!
-    for _ in $(seq 120); do curl -sf 127.0.0.1:$da/metrics >/dev/null && break; sleep 0.5; done
-    for s in complete early_bye complete; do
-        (cd "$work" && sipp -sf "$OLDPWD/$SCEN/$s.xml" 127.0.0.1:$dp -i 127.0.0.1 -p $sp -r 20 -m "$calls" \
-            -nostdin -timeout 120 >/dev/null 2>&1) || true
-    done
-    sleep 2
-    local msgs
-    msgs=$(curl -s 127.0.0.1:$da/metrics | awk '/^tandem_messages_in_total/ {s+=$2} END {print s}')
-    kill -INT $dating; wait $dating 2>/dev/null || true
-    kill $media; wait $media 2>/dev/null || true
+    local svc=$1 calls=$2 msgs
+    local run_under=(valgrind --tool=callgrind ${tool_args[@]+"${tool_args[@]}"} --callgrind-out-file="$work/cg-$svc-$calls.out")
+    msgs=$(dating_workload "$BIN" "$svc" "$calls" 20 "$work" ${extra_sets[@]+"${extra_sets[@]}"})
     # The events line names the columns of the totals line (Ir alone without CACHE=1).
     echo "$msgs $(callgrind_annotate "$work/cg-$svc-$calls.out" 2>/dev/null | awk '
         /^Events shown:/ { for (i = 3; i <= NF; i++) ev[i - 2] = $i }
