@@ -477,9 +477,32 @@ impl<H: Handler> MachineService<H> {
                 // session, not read yet) all of them.
                 let (found, nav_slots) = match s.attributes.memo() {
                     Some(memo) => {
-                        let place = memo_place(memo);
+                        let (place, role) = (memo_place(memo), memo_role(memo));
+                        // Decided by the state, method and role (most messages): the chosen
+                        // transition's `msg.sips.NAME` sessions are read and go to `keys` in
+                        // this same look, and selection is done.
+                        let decided = match place.map_or(Selection::Nothing, |at| compiled.selection_at(at, method_index, Some(Some(role))))
+                        {
+                            Selection::Nothing => Some(None),
+                            Selection::One(t) => Some(Some(t)),
+                            Selection::Evaluate => None,
+                        };
+                        if let Some(transition) = decided {
+                            for nav in transition.and_then(|t| compiled.program(t).simple_navs.as_deref()).unwrap_or(&[]) {
+                                if let SimpleNav::SipsAttr(slot) = nav {
+                                    if let Some(tandem_container::AttrValue::Session(target)) = s.attributes.get(&compiled.slots[*slot]) {
+                                        keys.insert(key(*target));
+                                    }
+                                }
+                            }
+                            let (app, generation) = (Some(s.app), s.attributes.generation());
+                            drop(s);
+                            reads.record(id, cell, generation);
+                            keys.insert(key(id));
+                            return Some(Fast { transition, holder: Some(id), app, vars: Vars::default(), unneeded: None });
+                        }
                         let nav_slots = place.map_or(&[][..], |at| compiled.sips_nav_slots_at(at, method_index));
-                        ((place, memo_role(memo), None), nav_slots)
+                        ((place, role, None), nav_slots)
                     }
                     None => {
                         // A role that keeps its state on another session (`state via`).
