@@ -790,14 +790,12 @@ fn selections(by_state: &Names<Vec<usize>>, programs: &[Program], methods: &[(Sm
                             break;
                         }
                     };
+                    if enabled && selection != Selection::Nothing {
+                        selection = Selection::Evaluate;
+                        break;
+                    }
                     if enabled {
-                        selection = match selection {
-                            Selection::Nothing => Selection::One(c),
-                            _ => {
-                                selection = Selection::Evaluate;
-                                break;
-                            }
-                        };
+                        selection = Selection::One(c);
                     }
                 }
                 table.push(selection);

@@ -458,9 +458,15 @@ impl<H: Handler> MachineService<H> {
         let method_index = compiled.event_method_index(event);
         let mut targets: smallvec::SmallVec<[(usize, Operand); 4]> = smallvec::SmallVec::new();
         let mut app = None;
-        // The state's place, `msg.sips.role`, the state holder.
-        let (place, sips_role, holder) = match event.session {
-            None if matches!(event.trigger, Trigger::Request { .. }) => (compiled.initial_at(), None, None),
+        // What the table decides for the state at a place, given `msg.sips.role`.
+        let select =
+            |place: Option<usize>, sips_role| place.map_or(Selection::Nothing, |at| compiled.selection_at(at, method_index, sips_role));
+        // The state's place, what the table decides there, `msg.sips.role`, the state holder.
+        let (place, selection, sips_role, holder) = match event.session {
+            None if matches!(event.trigger, Trigger::Request { .. }) => {
+                let place = compiled.initial_at();
+                (place, select(place, None), None, None)
+            }
             None => return None,
             Some(id) => {
                 // A session gone from the store never comes back (IDs are not reused): the
@@ -481,8 +487,7 @@ impl<H: Handler> MachineService<H> {
                         // Decided by the state, method and role (most messages): the chosen
                         // transition's `msg.sips.NAME` sessions are read and go to `keys` in
                         // this same look, and selection is done.
-                        let decided = match place.map_or(Selection::Nothing, |at| compiled.selection_at(at, method_index, Some(Some(role))))
-                        {
+                        let decided = match select(place, Some(Some(role))) {
                             Selection::Nothing => Some(None),
                             Selection::One(t) => Some(Some(t)),
                             Selection::Evaluate => None,
@@ -528,7 +533,8 @@ impl<H: Handler> MachineService<H> {
                 reads.record(id, cell, generation);
                 let (place, role, via) = found;
                 match via {
-                    None => (place, Some(Some(role)), Some(id)),
+                    // Its state on it (a memo): a selection the table decides returned above.
+                    None => (place, Selection::Evaluate, Some(Some(role)), Some(id)),
                     Some(h) if h == id => return None,
                     Some(h) => {
                         let cell = ctx.session(h)?;
@@ -538,7 +544,8 @@ impl<H: Handler> MachineService<H> {
                         let generation = s.attributes.generation();
                         drop(s);
                         reads.record(h, cell, generation);
-                        (memo_place(memo), Some(Some(role)), Some(h))
+                        let place = memo_place(memo);
+                        (place, select(place, Some(Some(role))), Some(Some(role)), Some(h))
                     }
                 }
             }
@@ -547,11 +554,11 @@ impl<H: Handler> MachineService<H> {
         let mut payload: Option<PayloadRead> = None;
         let mut state_read = false;
         // Most messages are decided by the state, method and role alone (no guard evaluated).
-        let transition = match place.map_or(Selection::Nothing, |at| compiled.selection_at(at, method_index, sips_role)) {
+        let transition = match selection {
             Selection::Nothing => None,
             Selection::One(index) => Some(index),
             Selection::Evaluate => {
-                self.evaluate_candidates(ctx, event, place, sips_role, &targets, reads, &mut payload, &mut state_read)?
+                self.evaluate_candidates(ctx, event, method_index, place, sips_role, &targets, reads, &mut payload, &mut state_read)?
             }
         };
         let program = transition.map(|t| compiled.program(t));
@@ -627,6 +634,7 @@ impl<H: Handler> MachineService<H> {
         &self,
         ctx: &mut Context<'_>,
         event: &Event<'_>,
+        method_index: Option<usize>,
         place: Option<usize>,
         sips_role: Option<Option<usize>>,
         targets: &[(usize, Operand)],
@@ -636,7 +644,6 @@ impl<H: Handler> MachineService<H> {
     ) -> Option<Option<usize>> {
         let compiled = &self.compiled;
         let method = event.method();
-        let method_index = compiled.event_method_index(event);
         let text = |of: MsgText| match of {
             MsgText::Method => method,
             MsgText::Cseq => event.cseq_method(),
