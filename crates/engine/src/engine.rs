@@ -212,6 +212,61 @@ fn read_payload(ctx: &mut Context<'_>, compiled: &Compiled, event: &Event<'_>, r
     Some(PayloadRead { var: Some(id), place, attrs })
 }
 
+/// The `msg.sips.NAME` a fast selection read: (slot, what it names).
+type Targets = smallvec::SmallVec<[(usize, Operand); 4]>;
+
+/// Where a fast selection found the execution's state, and what the table decides there.
+struct Located {
+    place: Option<usize>,
+    selection: Selection,
+    /// `msg.sips.role`: None, no session; Some(None), a session without a role.
+    sips_role: Option<Option<usize>>,
+    holder: Option<SessionId>,
+    app: Option<AppSessionId>,
+}
+
+/// A session whose selection the table does not decide from it alone (`read_undecided`).
+struct Undecided {
+    /// The state's place if the session names it (a memo).
+    place: Option<usize>,
+    role: usize,
+    /// The state holder for a role that keeps its state on another session.
+    via: Option<SessionId>,
+}
+
+/// Reads, from the message's session `s` (locked), its role, where its state is, and the
+/// `msg.sips.NAME` to read into `targets`: those the state's candidates for this method read
+/// when the memo names the state, else (its state is on another session, not read yet) all of
+/// them. None: the general path decides (a state holder without a memo, no role).
+#[inline(never)]
+fn read_undecided(compiled: &Compiled, s: &SipSession, method_index: Option<usize>, targets: &mut Targets) -> Option<Undecided> {
+    let (found, nav_slots) = match s.attributes.memo() {
+        Some(memo) => {
+            let place = memo_place(memo);
+            let nav_slots = place.map_or(&[][..], |at| compiled.sips_nav_slots_at(at, method_index));
+            (Undecided { place, role: memo_role(memo), via: None }, nav_slots)
+        }
+        None => {
+            // A role that keeps its state on another session (`state via`).
+            let role = compiled.role_index(s.attributes.get_str(ROLE)?)?;
+            let info = compiled.role_at(role);
+            if info.holds_state {
+                return None;
+            }
+            let via = s.attributes.get_session(&compiled.slots[info.state_via_slot?])?;
+            (Undecided { place: None, role, via: Some(via) }, &compiled.sips_nav_slots[..])
+        }
+    };
+    for &slot in nav_slots {
+        match s.attributes.get(&compiled.slots[slot]) {
+            None => {}
+            Some(tandem_container::AttrValue::Session(target)) => targets.push((slot, Operand::Session(*target))),
+            Some(_) => targets.push((slot, Operand::Other)),
+        }
+    }
+    Some(found)
+}
+
 /// An evaluation made without locks: its outcome, what it read, and the sessions it asked for.
 struct Prediction {
     outcome: Outcome,
@@ -456,109 +511,121 @@ impl<H: Handler> MachineService<H> {
     fn fast_select(&self, ctx: &mut Context<'_>, event: &Event<'_>, keys: &mut SortedSet<Key>, reads: &mut Reads) -> Option<Fast> {
         let compiled = &self.compiled;
         let method_index = compiled.event_method_index(event);
-        let mut targets: smallvec::SmallVec<[(usize, Operand); 4]> = smallvec::SmallVec::new();
-        let mut app = None;
-        // What the table decides for the state at a place, given `msg.sips.role`.
-        let select =
-            |place: Option<usize>, sips_role| place.map_or(Selection::Nothing, |at| compiled.selection_at(at, method_index, sips_role));
-        // The state's place, what the table decides there, `msg.sips.role`, the state holder.
-        let (place, selection, sips_role, holder) = match event.session {
-            None if matches!(event.trigger, Trigger::Request { .. }) => {
-                let place = compiled.initial_at();
-                (place, select(place, None), None, None)
+        let Some(id) = event.session else {
+            if !matches!(event.trigger, Trigger::Request { .. }) {
+                return None;
             }
-            None => return None,
-            Some(id) => {
-                // A session gone from the store never comes back (IDs are not reused): the
-                // general path would absorb the message too, having read the same.
-                let Some(cell) = ctx.session(id) else {
-                    return Some(Fast::absorbed());
-                };
-                let s = cell.lock();
-                if s.is_removed() {
-                    return None;
-                }
-                // With it the `msg.sips.NAME` to read: those the state's candidates for this
-                // method read when the memo names the state, else (its state is on another
-                // session, not read yet) all of them.
-                let (found, nav_slots) = match s.attributes.memo() {
-                    Some(memo) => {
-                        let (place, role) = (memo_place(memo), memo_role(memo));
-                        // Decided by the state, method and role (most messages): the chosen
-                        // transition's `msg.sips.NAME` sessions are read and go to `keys` in
-                        // this same look, and selection is done.
-                        let decided = match select(place, Some(Some(role))) {
-                            Selection::Nothing => Some(None),
-                            Selection::One(t) => Some(Some(t)),
-                            Selection::Evaluate => None,
-                        };
-                        if let Some(transition) = decided {
-                            for nav in transition.and_then(|t| compiled.program(t).simple_navs.as_deref()).unwrap_or(&[]) {
-                                if let SimpleNav::SipsAttr(slot) = nav {
-                                    if let Some(tandem_container::AttrValue::Session(target)) = s.attributes.get(&compiled.slots[*slot]) {
-                                        keys.insert(key(*target));
-                                    }
-                                }
-                            }
-                            let (app, generation) = (Some(s.app), s.attributes.generation());
-                            drop(s);
-                            reads.record(id, cell, generation);
-                            keys.insert(key(id));
-                            return Some(Fast { transition, holder: Some(id), app, vars: Vars::default(), unneeded: None });
+            let place = compiled.initial_at();
+            let selection = place.map_or(Selection::Nothing, |at| compiled.selection_at(at, method_index, None));
+            let located = Located { place, selection, sips_role: None, holder: None, app: None };
+            return self.fast_select_rest(ctx, event, method_index, located, &[], keys, reads);
+        };
+        // A session gone from the store never comes back (IDs are not reused): the general
+        // path would absorb the message too, having read the same.
+        let Some(cell) = ctx.session(id) else {
+            return Some(Fast::absorbed());
+        };
+        let s = cell.lock();
+        if s.is_removed() {
+            return None;
+        }
+        // Most messages: the session names its state (a memo), and the state, method and role
+        // decide the selection. The chosen transition's `msg.sips.NAME` sessions are read and
+        // go to `keys` in this same look, and selection is done. Everything else is out of
+        // line (`read_undecided`, `fast_select_undecided`): what a message runs here is kept
+        // to a few cache lines of code.
+        if let Some(memo) = s.attributes.memo() {
+            let decided = match memo_place(memo).map(|at| compiled.selection_at(at, method_index, Some(Some(memo_role(memo))))) {
+                None | Some(Selection::Nothing) => Some(None),
+                Some(Selection::One(t)) => Some(Some(t)),
+                Some(Selection::Evaluate) => None,
+            };
+            if let Some(transition) = decided {
+                for nav in transition.and_then(|t| compiled.program(t).simple_navs.as_deref()).unwrap_or(&[]) {
+                    if let SimpleNav::SipsAttr(slot) = nav {
+                        if let Some(tandem_container::AttrValue::Session(target)) = s.attributes.get(&compiled.slots[*slot]) {
+                            keys.insert(key(*target));
                         }
-                        let nav_slots = place.map_or(&[][..], |at| compiled.sips_nav_slots_at(at, method_index));
-                        ((place, role, None), nav_slots)
-                    }
-                    None => {
-                        // A role that keeps its state on another session (`state via`).
-                        let role = compiled.role_index(s.attributes.get_str(ROLE)?)?;
-                        let info = compiled.role_at(role);
-                        if info.holds_state {
-                            return None;
-                        }
-                        let via = s.attributes.get_session(&compiled.slots[info.state_via_slot?])?;
-                        ((None, role, Some(via)), &compiled.sips_nav_slots[..])
-                    }
-                };
-                for &slot in nav_slots {
-                    match s.attributes.get(&compiled.slots[slot]) {
-                        None => {}
-                        Some(tandem_container::AttrValue::Session(target)) => targets.push((slot, Operand::Session(*target))),
-                        Some(_) => targets.push((slot, Operand::Other)),
                     }
                 }
-                app = Some(s.app);
-                let generation = s.attributes.generation();
+                let (app, generation) = (Some(s.app), s.attributes.generation());
                 drop(s);
                 reads.record(id, cell, generation);
-                let (place, role, via) = found;
-                match via {
-                    // Its state on it (a memo): a selection the table decides returned above.
-                    None => (place, Selection::Evaluate, Some(Some(role)), Some(id)),
-                    Some(h) if h == id => return None,
-                    Some(h) => {
-                        let cell = ctx.session(h)?;
-                        let s = cell.lock();
-                        // Only a state holder's commit sets a memo.
-                        let memo = s.attributes.memo().filter(|_| !s.is_removed())?;
-                        let generation = s.attributes.generation();
-                        drop(s);
-                        reads.record(h, cell, generation);
-                        let place = memo_place(memo);
-                        (place, select(place, Some(Some(role))), Some(Some(role)), Some(h))
-                    }
-                }
+                keys.insert(key(id));
+                return Some(Fast { transition, holder: Some(id), app, vars: Vars::default(), unneeded: None });
+            }
+        }
+        let mut targets = Targets::new();
+        let found = read_undecided(compiled, &s, method_index, &mut targets)?;
+        let (app, generation) = (Some(s.app), s.attributes.generation());
+        drop(s);
+        reads.record(id, cell, generation);
+        self.fast_select_undecided(ctx, event, id, method_index, found, app, &targets, keys, reads)
+    }
+
+    /// [`Self::fast_select`] for a message on a session whose selection the table does not
+    /// decide from the session alone: a memo whose candidates' guards read more, or a role
+    /// that keeps its state on another session (`state via`, read here).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn fast_select_undecided(
+        &self,
+        ctx: &mut Context<'_>,
+        event: &Event<'_>,
+        id: SessionId,
+        method_index: Option<usize>,
+        found: Undecided,
+        app: Option<AppSessionId>,
+        targets: &[(usize, Operand)],
+        keys: &mut SortedSet<Key>,
+        reads: &mut Reads,
+    ) -> Option<Fast> {
+        let Undecided { place, role, via } = found;
+        let located = match via {
+            // Its state on it (a memo): a selection the table decides returned before.
+            None => Located { place, selection: Selection::Evaluate, sips_role: Some(Some(role)), holder: Some(id), app },
+            Some(h) if h == id => return None,
+            Some(h) => {
+                let cell = ctx.session(h)?;
+                let s = cell.lock();
+                // Only a state holder's commit sets a memo.
+                let memo = s.attributes.memo().filter(|_| !s.is_removed())?;
+                let generation = s.attributes.generation();
+                drop(s);
+                reads.record(h, cell, generation);
+                let place = memo_place(memo);
+                let selection = place.map_or(Selection::Nothing, |at| self.compiled.selection_at(at, method_index, Some(Some(role))));
+                Located { place, selection, sips_role: Some(Some(role)), holder: Some(h), app }
             }
         };
+        self.fast_select_rest(ctx, event, method_index, located, targets, keys, reads)
+    }
+
+    /// The rest of [`Self::fast_select`] once the state is located: the selection (evaluated
+    /// where the table cannot decide it) and the sessions to lock.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn fast_select_rest(
+        &self,
+        ctx: &mut Context<'_>,
+        event: &Event<'_>,
+        method_index: Option<usize>,
+        located: Located,
+        targets: &[(usize, Operand)],
+        keys: &mut SortedSet<Key>,
+        reads: &mut Reads,
+    ) -> Option<Fast> {
+        let compiled = &self.compiled;
+        let Located { place, selection, sips_role, holder, app } = located;
         // `session(msg.payl)`, read the first time a candidate binds it.
         let mut payload: Option<PayloadRead> = None;
         let mut state_read = false;
-        // Most messages are decided by the state, method and role alone (no guard evaluated).
+        // The initial state and a `state via` holder's are mostly decided by the table too.
         let transition = match selection {
             Selection::Nothing => None,
             Selection::One(index) => Some(index),
             Selection::Evaluate => {
-                self.evaluate_candidates(ctx, event, method_index, place, sips_role, &targets, reads, &mut payload, &mut state_read)?
+                self.evaluate_candidates(ctx, event, method_index, place, sips_role, targets, reads, &mut payload, &mut state_read)?
             }
         };
         let program = transition.map(|t| compiled.program(t));
@@ -1153,13 +1220,7 @@ impl<H: Handler> MachineService<H> {
                 self.finish_executions(ctx, neg, transition, vars, done.created_sips, &cells);
                 stats.count.fetch_add(1, Relaxed);
             }
-            Err(e) => {
-                tracing::warn!(service = %self.name, transition = %t.name.name, error = %e, "transition failed; nothing sent");
-                stats.failures.fetch_add(1, Relaxed);
-                for app in done.created_apps {
-                    ctx.invalidate(app);
-                }
-            }
+            Err(e) => self.failed(ctx, transition, e, done.created_apps),
         }
         // Shared counters: touched only when there is something to add.
         if neg.backoffs != 0 {
@@ -1172,6 +1233,19 @@ impl<H: Handler> MachineService<H> {
             stats.handler_ns.fetch_add(started.elapsed().as_nanos() as u64 * HANDLER_TIME_SAMPLE, Relaxed);
         }
         self.release_all(ctx, neg);
+    }
+
+    /// A transition whose arm failed: nothing it sent goes out, the application sessions it
+    /// created go. Out of line: the logging is most of `run_with`'s code otherwise.
+    #[cold]
+    #[inline(never)]
+    fn failed(&self, ctx: &mut Context<'_>, transition: usize, e: HandlerError, created_apps: Vec<AppSessionId>) {
+        let t = self.compiled.transition(transition);
+        tracing::warn!(service = %self.name, transition = %t.name.name, error = %e, "transition failed; nothing sent");
+        self.stats.transitions[transition].failures.fetch_add(1, Relaxed);
+        for app in created_apps {
+            ctx.invalidate(app);
+        }
     }
 
     /// Sets the state of this execution and of those the transition `moves`.
