@@ -1035,6 +1035,13 @@ impl Compiled {
         self.selections.get(at).copied().unwrap_or(Selection::Evaluate)
     }
 
+    /// [`Self::selection_at`] for a state's place as a memo or [`Self::initial_at`] gives it
+    /// (None: a state no transition leaves, where a message enables nothing).
+    #[inline]
+    pub(crate) fn selection_in(&self, place: Option<usize>, method: Option<usize>, sips_role: Option<Option<usize>>) -> Selection {
+        place.map_or(Selection::Nothing, |at| self.selection_at(at, method, sips_role))
+    }
+
     /// The candidates of the state at `index` (a place among the states some transition
     /// leaves: [`Program::to_state`], [`Program::move_states`]).
     pub(crate) fn candidates_at(&self, index: usize) -> &[usize] {

@@ -516,7 +516,7 @@ impl<H: Handler> MachineService<H> {
                 return None;
             }
             let place = compiled.initial_at();
-            let selection = place.map_or(Selection::Nothing, |at| compiled.selection_at(at, method_index, None));
+            let selection = compiled.selection_in(place, method_index, None);
             let located = Located { place, selection, sips_role: None, holder: None, app: None };
             return self.fast_select_rest(ctx, event, method_index, located, &[], keys, reads);
         };
@@ -535,10 +535,10 @@ impl<H: Handler> MachineService<H> {
         // line (`read_undecided`, `fast_select_undecided`): what a message runs here is kept
         // to a few cache lines of code.
         if let Some(memo) = s.attributes.memo() {
-            let decided = match memo_place(memo).map(|at| compiled.selection_at(at, method_index, Some(Some(memo_role(memo))))) {
-                None | Some(Selection::Nothing) => Some(None),
-                Some(Selection::One(t)) => Some(Some(t)),
-                Some(Selection::Evaluate) => None,
+            let decided = match compiled.selection_in(memo_place(memo), method_index, Some(Some(memo_role(memo)))) {
+                Selection::Nothing => Some(None),
+                Selection::One(t) => Some(Some(t)),
+                Selection::Evaluate => None,
             };
             if let Some(transition) = decided {
                 for nav in transition.and_then(|t| compiled.program(t).simple_navs.as_deref()).unwrap_or(&[]) {
@@ -594,7 +594,7 @@ impl<H: Handler> MachineService<H> {
                 drop(s);
                 reads.record(h, cell, generation);
                 let place = memo_place(memo);
-                let selection = place.map_or(Selection::Nothing, |at| self.compiled.selection_at(at, method_index, Some(Some(role))));
+                let selection = self.compiled.selection_in(place, method_index, Some(Some(role)));
                 Located { place, selection, sips_role: Some(Some(role)), holder: Some(h), app }
             }
         };
