@@ -824,8 +824,15 @@ def healthy(r, base_p99):
     if r.get("missing"):
         return False, "missing"
     reasons = []
-    if r["calls_created"] and r["calls_failed"] > max(1, 0.005 * r["calls_created"]):
-        reasons.append("%d failed calls" % r["calls_failed"])
+    # A call the runtime's overload control answered 503 is load the version did not keep up
+    # with: one is enough (the invariants allow none). Other failures but SIPp's races (see
+    # `calls_failed_sipp_race`): a few are tolerated, a lost datagram is not saturation.
+    shed = calls_shed(r)
+    if shed:
+        reasons.append("%d calls shed (503)" % shed)
+    others = (r["calls_failed"] or 0) - shed - (r.get("calls_failed_sipp_race") or 0)
+    if r["calls_created"] and others > max(1, 0.001 * r["calls_created"]):
+        reasons.append("%d failed calls" % others)
     if not r["invariants"]["drained"]:
         # a handful of leftovers is a defect (reported by the invariants), not saturation
         left = sum((v.get("app") or 0) for v in r["invariants"]["left_after_drain"].values())
@@ -841,6 +848,19 @@ def healthy(r, base_p99):
     if sd.get("under_50ms") is not None and sd["under_50ms"] < 0.95:
         reasons.append("only %.1f %% set up within 50 ms" % (100 * sd["under_50ms"]))
     return (not reasons), "; ".join(reasons) or "ok"
+
+
+def calls_shed(r):
+    """Calls SIPp saw answered 503 Service Unavailable (the runtime's overload shedding)."""
+    return sum(n for k, n in (r.get("failure_causes") or {}).items() if " 503 " in k)
+
+
+def level_record(target, ok, why, r):
+    """What the report keeps of one capacity-search level."""
+    keep = ("throughput_mps_hold", "app_sessions_hold_mean", "app_sessions_slope_per_s",
+            "setup_delay_hold", "calls_failed", "cpu_machine_hold", "rawdir")
+    return dict({"target": target, "ok": ok, "why": why, "calls_shed": calls_shed(r)},
+                **{k: r[k] for k in keep})
 
 
 def capacity_search(service, args):
@@ -869,13 +889,7 @@ def capacity_search(service, args):
         ok, why = healthy(r, base_p99)
         log(summary_line(r))
         log("capacity: target %d -> %s" % (target, why))
-        levels.append({"target": target, "ok": ok, "why": why,
-                       "throughput_mps_hold": r["throughput_mps_hold"],
-                       "app_sessions_hold_mean": r["app_sessions_hold_mean"],
-                       "app_sessions_slope_per_s": r["app_sessions_slope_per_s"],
-                       "setup_delay_hold": r["setup_delay_hold"],
-                       "calls_failed": r["calls_failed"], "cpu_machine_hold": r["cpu_machine_hold"],
-                       "rawdir": r["rawdir"]})
+        levels.append(level_record(target, ok, why, r))
         if base_p99 is None:
             base_p99 = (r["setup_delay_hold"] or {}).get("p99")
         if ok:
@@ -897,13 +911,7 @@ def capacity_search(service, args):
         ok, why = healthy(r, base_p99)
         log(summary_line(r))
         log("capacity: target %d -> %s" % (mid, why))
-        levels.append({"target": mid, "ok": ok, "why": why,
-                       "throughput_mps_hold": r["throughput_mps_hold"],
-                       "app_sessions_hold_mean": r["app_sessions_hold_mean"],
-                       "app_sessions_slope_per_s": r["app_sessions_slope_per_s"],
-                       "setup_delay_hold": r["setup_delay_hold"],
-                       "calls_failed": r["calls_failed"], "cpu_machine_hold": r["cpu_machine_hold"],
-                       "rawdir": r["rawdir"]})
+        levels.append(level_record(mid, ok, why, r))
         if ok:
             last_ok = mid
     cap = last_ok if last_ok else args.capacity_start
@@ -923,7 +931,7 @@ def compact(r):
             "throughput_mps_hold", "app_sessions_hold_mean", "app_sessions_max",
             "app_sessions_slope_per_s", "cpu_dating_hold", "cpu_machine_hold", "cpu_us_per_message",
             "sys_us_per_message", "setup_delay",
-            "setup_delay_hold", "profiles", "calls_created", "calls_failed", "backoffs",
+            "setup_delay_hold", "profiles", "calls_created", "calls_failed", "calls_failed_sipp_race", "backoffs",
             "negotiation_waits", "manual_lock_retries", "ambiguous", "handler_failures",
             "transitions", "messages_in_total", "invariants", "dating_exit", "media_exit",
             "failure_causes", "setup_delay_capture_hold", "capture_dropped",
@@ -1385,7 +1393,7 @@ def main():
     ap.add_argument("--capacity-start", type=int, default=40)
     ap.add_argument("--capacity-factor", type=float, default=2.0)
     ap.add_argument("--capacity-max", type=int, default=100000)
-    ap.add_argument("--capacity-duration", type=int, default=None, help="s per search level (40)")
+    ap.add_argument("--capacity-duration", type=int, default=None, help="s per search level (default: --duration)")
     ap.add_argument("--no-refine", dest="refine", action="store_false")
     ap.add_argument("--start-rate", type=float, default=10.0, help="calls/s at start (10)")
     ap.add_argument("--rate-step", type=float, default=5.0, help="calls/s added per interval (5)")
@@ -1428,8 +1436,11 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.duration is None:
         args.duration = 40 if args.quick else 300
+    # Levels as long as the compared runs: a shorter hold at the same concurrency can pass where
+    # the 300-s run reaches the executors' queue limit and sheds calls (2026-11-29, Intel: 60-s
+    # levels accepted 3,050, where both versions shed calls in 300-s runs).
     if args.capacity_duration is None:
-        args.capacity_duration = 40 if args.quick else 60
+        args.capacity_duration = args.duration
     if not os.path.exists(BINARY):
         raise SystemExit("%s missing: cd %s && cargo build --release -p tandem" % (BINARY, REPO))
     if shutil.which("sipp") is None:
