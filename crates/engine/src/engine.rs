@@ -199,7 +199,7 @@ fn read_payload(ctx: &mut Context<'_>, compiled: &Compiled, event: &Event<'_>, r
     if s.is_removed() || s.service != ctx.service() {
         return None;
     }
-    let place = s.attributes.memo().map(memo_place);
+    let place = holder_memo(s.attributes.memo()).map(memo_place);
     let mut attrs = smallvec::SmallVec::new();
     for &slot in &compiled.payload_nav_slots {
         if let Some(target) = s.attributes.get_session(&compiled.slots[slot]) {
@@ -236,11 +236,18 @@ struct Undecided {
 
 /// Reads, from the message's session `s` (locked), its role, where its state is, and the
 /// `msg.sips.NAME` to read into `targets`: those the state's candidates for this method read
-/// when the memo names the state, else (its state is on another session, not read yet) all of
-/// them. None: the general path decides (a state holder without a memo, no role).
+/// when the memo names the state, else (its state is on another session, not read yet; the
+/// role from a `via_memo` or by name) all of them. None: the general path decides (a state
+/// holder without a memo, no role).
 #[inline(never)]
 fn read_undecided(compiled: &Compiled, s: &SipSession, method_index: Option<usize>, targets: &mut Targets) -> Option<Undecided> {
     let (found, nav_slots) = match s.attributes.memo() {
+        // A role that keeps its state on another session, its index from the memo.
+        Some(memo) if memo >> 16 == VIA => {
+            let role = memo_role(memo);
+            let via = s.attributes.get_session(&compiled.slots[compiled.role_at(role).state_via_slot?])?;
+            (Undecided { place: None, role, via: Some(via) }, &compiled.sips_nav_slots[..])
+        }
         Some(memo) => {
             let place = memo_place(memo);
             let nav_slots = place.map_or(&[][..], |at| compiled.sips_nav_slots_at(at, method_index));
@@ -534,7 +541,7 @@ impl<H: Handler> MachineService<H> {
         // go to `keys` in this same look, and selection is done. Everything else is out of
         // line (`read_undecided`, `fast_select_undecided`): what a message runs here is kept
         // to a few cache lines of code.
-        if let Some(memo) = s.attributes.memo() {
+        if let Some(memo) = holder_memo(s.attributes.memo()) {
             let decided = match compiled.selection_in(memo_place(memo), method_index, Some(Some(memo_role(memo)))) {
                 Selection::Nothing => Some(None),
                 Selection::One(t) => Some(Some(t)),
@@ -589,12 +596,31 @@ impl<H: Handler> MachineService<H> {
                 let cell = ctx.session(h)?;
                 let s = cell.lock();
                 // Only a state holder's commit sets a memo.
-                let memo = s.attributes.memo().filter(|_| !s.is_removed())?;
+                let memo = holder_memo(s.attributes.memo()).filter(|_| !s.is_removed())?;
                 let generation = s.attributes.generation();
                 drop(s);
                 reads.record(h, cell, generation);
                 let place = memo_place(memo);
                 let selection = self.compiled.selection_in(place, method_index, Some(Some(role)));
+                // Decided by the table, with `msg.sips` handles: the keys from the targets read
+                // (as `fast_select_rest` would put them, without its general case).
+                let transition = match selection {
+                    Selection::Nothing => Some(None),
+                    Selection::One(t) if self.compiled.program(t).simple_navs.is_some() => Some(Some(t)),
+                    _ => None,
+                };
+                if let Some(transition) = transition {
+                    keys.insert(key(id));
+                    keys.insert(key(h));
+                    for nav in transition.and_then(|t| self.compiled.program(t).simple_navs.as_deref()).unwrap_or(&[]) {
+                        if let SimpleNav::SipsAttr(slot) = nav {
+                            if let Some((_, Operand::Session(target))) = targets.iter().find(|(s, _)| s == slot) {
+                                keys.insert(key(*target));
+                            }
+                        }
+                    }
+                    return Some(Fast { transition, holder: Some(h), app, vars: Vars::default(), unneeded: None });
+                }
                 Located { place, selection, sips_role: Some(Some(role)), holder: Some(h), app }
             }
         };
@@ -1403,7 +1429,7 @@ fn set_state_on(compiled: &Compiled, s: &mut SipSession, state: &str, index: Opt
     }
     // The role, as a memo still valid gives it (the arm changed none of the session's
     // attributes), else by its name.
-    let memo_role = s.attributes.memo().map(memo_role);
+    let memo_role = holder_memo(s.attributes.memo()).map(memo_role);
     s.attributes.set_str(STATE, state);
     // The next message's prediction then reads the role and state as indices (`direct_peek`),
     // until an attribute of the session changes.
@@ -1416,17 +1442,35 @@ fn set_state_on(compiled: &Compiled, s: &mut SipSession, state: &str, index: Opt
 
 /// A state-holding session's role and state as one word (`Attributes::memo`): the role's index
 /// in the low 16 bits; above it, the state's place among the states transitions leave (plus
-/// one), or `NO_CANDIDATES` for a state none leaves. Never 0.
+/// one; below `VIA`, the code of a `via_memo`), or `NO_CANDIDATES` for a state none leaves.
+/// Never 0.
 fn state_memo(role: usize, index: Option<usize>) -> Option<u32> {
     let role = u32::try_from(role).ok().filter(|r| *r <= 0xFFFF)?;
     let code = match index {
-        Some(i) => u32::try_from(i + 1).ok().filter(|c| *c < NO_CANDIDATES)?,
+        Some(i) => u32::try_from(i + 1).ok().filter(|c| *c < VIA)?,
         None => NO_CANDIDATES,
     };
     Some(code << 16 | role)
 }
 
 const NO_CANDIDATES: u32 = 0xFFFF;
+
+/// The code (above the role) of a memo on a session whose role keeps its execution's state on
+/// another session (`state via`): the role's index, and no state (`via_memo`). No state's code.
+const VIA: u32 = 0xFFFE;
+
+/// The memo of a session whose role (at `role`) keeps its state `via` another session, set with
+/// the role (`Transition::set_role_and_attrs`): the fast path then reads the role without
+/// comparing names, until an attribute of the session changes.
+pub(crate) fn via_memo(role: usize) -> Option<u32> {
+    let role = u32::try_from(role).ok().filter(|r| *r <= 0xFFFF)?;
+    Some(VIA << 16 | role)
+}
+
+/// `memo` if it is a state holder's (`state_memo`), not a `via_memo`.
+fn holder_memo(memo: Option<u32>) -> Option<u32> {
+    memo.filter(|m| m >> 16 != VIA)
+}
 
 /// The role index a memo from `state_memo` holds.
 fn memo_role(memo: u32) -> usize {
@@ -1614,7 +1658,7 @@ enum Peeked<'c> {
 fn direct_peek<'c>(compiled: &'c Compiled, s: &SipSession) -> (bool, Option<usize>, Peeked<'c>) {
     // Set with the state at the last commit, and valid while no attribute changed since: the
     // role and state the names below would give.
-    if let Some(memo) = s.attributes.memo() {
+    if let Some(memo) = holder_memo(s.attributes.memo()) {
         let (role, candidates) = memo_candidates(compiled, memo);
         return (true, Some(role), Peeked::State(Some(candidates)));
     }

@@ -224,13 +224,19 @@ impl<'c, 'a> Transition<'c, 'a> {
         role: &str,
         attrs: [(&str, AttrValue); N],
     ) -> Result<(), TransitionError> {
-        if self.compiled.role(role).is_none() {
+        let Some(index) = self.compiled.role_index(role) else {
             return Err(TransitionError::UnknownRole(role.to_string()));
-        }
+        };
+        // A role that keeps its state on another session has no state memo of its own (see
+        // `engine::via_memo`): its role as an index instead.
+        let via = if self.compiled.role_at(index).holds_state { None } else { crate::engine::via_memo(index) };
         self.with(id, |s| {
             s.attributes.set(ROLE, AttrValue::Str(role.to_string()));
             for (name, value) in attrs {
                 s.attributes.set(name, value);
+            }
+            if let Some(memo) = via {
+                s.attributes.set_memo(memo);
             }
         })
     }
