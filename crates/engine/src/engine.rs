@@ -243,7 +243,7 @@ struct Undecided {
 fn read_undecided(compiled: &Compiled, s: &SipSession, method_index: Option<usize>, targets: &mut Targets) -> Option<Undecided> {
     let (found, nav_slots) = match s.attributes.memo() {
         // A role that keeps its state on another session, its index from the memo.
-        Some(memo) if memo >> 16 == VIA => {
+        Some(memo) if is_via_memo(memo) => {
             let role = memo_role(memo);
             let via = s.attributes.get_session(&compiled.slots[compiled.role_at(role).state_via_slot?])?;
             (Undecided { place: None, role, via: Some(via) }, &compiled.sips_nav_slots[..])
@@ -272,6 +272,26 @@ fn read_undecided(compiled: &Compiled, s: &SipSession, method_index: Option<usiz
         }
     }
     Some(found)
+}
+
+/// The key of the session `msg.sips.NAME` (at `slot`) names, as the fast path read it into
+/// `targets` (None: no session there).
+fn target_key(targets: &[(usize, Operand)], slot: usize) -> Option<Key> {
+    match targets.iter().find(|(s, _)| *s == slot) {
+        Some((_, Operand::Session(target))) => Some(key(*target)),
+        _ => None,
+    }
+}
+
+/// The keys of the sessions a transition's `msg.sips` handles (`navs`) reach, from `targets`.
+fn target_keys(navs: &[SimpleNav], targets: &[(usize, Operand)], keys: &mut SortedSet<Key>) {
+    for nav in navs {
+        let SimpleNav::SipsAttr(slot) = nav else { continue };
+        // `insert`, not `extend`: the latter is an out-of-line call per key.
+        if let Some(k) = target_key(targets, *slot) {
+            keys.insert(k);
+        }
+    }
 }
 
 /// An evaluation made without locks: its outcome, what it read, and the sessions it asked for.
@@ -604,21 +624,15 @@ impl<H: Handler> MachineService<H> {
                 let selection = self.compiled.selection_in(place, method_index, Some(Some(role)));
                 // Decided by the table, with `msg.sips` handles: the keys from the targets read
                 // (as `fast_select_rest` would put them, without its general case).
-                let transition = match selection {
-                    Selection::Nothing => Some(None),
-                    Selection::One(t) if self.compiled.program(t).simple_navs.is_some() => Some(Some(t)),
-                    _ => None,
+                let decided = match selection {
+                    Selection::Nothing => Some((None, &[][..])),
+                    Selection::One(t) => self.compiled.program(t).simple_navs.as_deref().map(|navs| (Some(t), navs)),
+                    Selection::Evaluate => None,
                 };
-                if let Some(transition) = transition {
+                if let Some((transition, navs)) = decided {
                     keys.insert(key(id));
                     keys.insert(key(h));
-                    for nav in transition.and_then(|t| self.compiled.program(t).simple_navs.as_deref()).unwrap_or(&[]) {
-                        if let SimpleNav::SipsAttr(slot) = nav {
-                            if let Some((_, Operand::Session(target))) = targets.iter().find(|(s, _)| s == slot) {
-                                keys.insert(key(*target));
-                            }
-                        }
-                    }
+                    target_keys(navs, targets, keys);
                     return Some(Fast { transition, holder: Some(h), app, vars: Vars::default(), unneeded: None });
                 }
                 Located { place, selection, sips_role: Some(Some(role)), holder: Some(h), app }
@@ -658,23 +672,13 @@ impl<H: Handler> MachineService<H> {
         if let Some(id) = event.session {
             keys.insert(key(id));
         }
-        let target_key = |slot: usize| match targets.iter().find(|(s, _)| *s == slot) {
-            Some((_, Operand::Session(target))) => Some(key(*target)),
-            _ => None,
-        };
-        match (program.and_then(|p| p.simple_navs.as_ref()), program.and_then(|p| p.payload.as_ref())) {
-            (Some(navs), _) => {
-                for nav in navs {
-                    if let SimpleNav::SipsAttr(slot) = nav {
-                        keys.extend(target_key(*slot));
-                    }
-                }
-            }
+        match (program.and_then(|p| p.simple_navs.as_deref()), program.and_then(|p| p.payload.as_ref())) {
+            (Some(navs), _) => target_keys(navs, targets, keys),
             (None, Some(p)) => {
                 let found = payload.as_ref()?;
                 for nav in &p.navs {
                     match (nav, found.var) {
-                        (PayloadNav::Sips(SimpleNav::SipsAttr(slot)), _) => keys.extend(target_key(*slot)),
+                        (PayloadNav::Sips(SimpleNav::SipsAttr(slot)), _) => keys.extend(target_key(targets, *slot)),
                         (PayloadNav::Sips(SimpleNav::Sips), _) => {}
                         (PayloadNav::Var, Some(v)) => {
                             keys.insert(key(v));
@@ -1445,7 +1449,7 @@ fn set_state_on(compiled: &Compiled, s: &mut SipSession, state: &str, index: Opt
 /// one; below `VIA`, the code of a `via_memo`), or `NO_CANDIDATES` for a state none leaves.
 /// Never 0.
 fn state_memo(role: usize, index: Option<usize>) -> Option<u32> {
-    let role = u32::try_from(role).ok().filter(|r| *r <= 0xFFFF)?;
+    let role = memo_role_bits(role)?;
     let code = match index {
         Some(i) => u32::try_from(i + 1).ok().filter(|c| *c < VIA)?,
         None => NO_CANDIDATES,
@@ -1463,13 +1467,21 @@ const VIA: u32 = 0xFFFE;
 /// the role (`Transition::set_role_and_attrs`): the fast path then reads the role without
 /// comparing names, until an attribute of the session changes.
 pub(crate) fn via_memo(role: usize) -> Option<u32> {
-    let role = u32::try_from(role).ok().filter(|r| *r <= 0xFFFF)?;
-    Some(VIA << 16 | role)
+    Some(VIA << 16 | memo_role_bits(role)?)
+}
+
+/// A role index as a memo's low 16 bits (None: too large for them).
+fn memo_role_bits(role: usize) -> Option<u32> {
+    u32::try_from(role).ok().filter(|r| *r <= 0xFFFF)
+}
+
+fn is_via_memo(memo: u32) -> bool {
+    memo >> 16 == VIA
 }
 
 /// `memo` if it is a state holder's (`state_memo`), not a `via_memo`.
 fn holder_memo(memo: Option<u32>) -> Option<u32> {
-    memo.filter(|m| m >> 16 != VIA)
+    memo.filter(|m| !is_via_memo(*m))
 }
 
 /// The role index a memo from `state_memo` holds.
