@@ -507,7 +507,8 @@ impl<H: Handler> MachineService<H> {
         };
         if self.negotiator == Negotiator::SingleAssign {
             let mut reads = Reads::default();
-            if let Some(fast) = self.fast_select(ctx, &neg.event, &mut neg.held, &mut reads) {
+            // By reference: moving the selection out of its `Option` was a copy per message.
+            if let Some(fast) = &self.fast_select(ctx, &neg.event, &mut neg.held, &mut reads) {
                 if self.run_fast(ctx, &mut neg, fast, &mut reads) {
                     return;
                 }
@@ -779,7 +780,7 @@ impl<H: Handler> MachineService<H> {
     /// Takes the fast path's locks, checks that nothing it read changed meanwhile, and runs
     /// the transition. False when a lock is busy or a session changed: the locks it took are
     /// released and the general path decides (and waits, in order).
-    fn run_fast(&self, ctx: &mut Context<'_>, neg: &mut Negotiation<'_>, fast: Fast, reads: &mut Reads) -> bool {
+    fn run_fast(&self, ctx: &mut Context<'_>, neg: &mut Negotiation<'_>, fast: &Fast, reads: &mut Reads) -> bool {
         let verify = self.verify_direct.load(Relaxed);
         // A message that enables nothing is absorbed without locks: it changes nothing, and
         // what it was decided on (the role and state of a memo still valid, i.e. as the last
@@ -827,7 +828,7 @@ impl<H: Handler> MachineService<H> {
     /// line and cold, off the fast path's code.
     #[cold]
     #[inline(never)]
-    fn run_fast_verified(&self, ctx: &mut Context<'_>, neg: &mut Negotiation<'_>, fast: Fast, reads: &mut Reads) {
+    fn run_fast_verified(&self, ctx: &mut Context<'_>, neg: &mut Negotiation<'_>, fast: &Fast, reads: &mut Reads) {
         let Some(transition) = fast.transition else {
             // Verifying an absorption (see above): the same outcome, keys and record as the
             // general prediction, under the locks.
@@ -840,7 +841,7 @@ impl<H: Handler> MachineService<H> {
             Some(k) => fast_needed(&neg.held, k),
             None => neg.held.clone(),
         };
-        let chosen = Chosen { transition, vars: fast.vars, needed, holder: fast.holder };
+        let chosen = Chosen { transition, vars: fast.vars.clone(), needed, holder: fast.holder };
         let p = Prediction { outcome: Outcome::Run(chosen), reads: std::mem::take(reads), keys: neg.held.clone(), direct: true };
         self.verify(ctx, neg, &p);
         if let Prediction { outcome: Outcome::Run(chosen), reads, .. } = p {

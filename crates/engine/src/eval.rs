@@ -61,7 +61,7 @@ pub(crate) trait Env {
 }
 
 /// `let` bindings of one transition, by index (a transition has a few: kept inline).
-#[derive(Default, PartialEq)]
+#[derive(Default, Clone, PartialEq)]
 pub struct Vars {
     vars: SmallVec<[Value; 2]>,
 }
