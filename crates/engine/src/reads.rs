@@ -38,8 +38,8 @@ pub(crate) struct Reads {
     entries: SmallVec<[Entry; 4]>,
     /// The sessions' slots, `slots.len()` per existing entry. Only the general evaluator
     /// fills them (the fast path records cells and generations): a `Vec`, which costs the
-    /// fast path nothing, where an inline vector was ~400 bytes of stack and a drop call per
-    /// message.
+    /// fast path nothing, where an inline vector made `Reads` ~400 bytes larger on every
+    /// message's stack.
     values: Vec<Value>,
     /// Something was read that this record cannot check later (an application session's
     /// attribute).
