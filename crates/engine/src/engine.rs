@@ -679,7 +679,11 @@ impl<H: Handler> MachineService<H> {
                 let found = payload.as_ref()?;
                 for nav in &p.navs {
                     match (nav, found.var) {
-                        (PayloadNav::Sips(SimpleNav::SipsAttr(slot)), _) => keys.extend(target_key(targets, *slot)),
+                        (PayloadNav::Sips(SimpleNav::SipsAttr(slot)), _) => {
+                            if let Some(k) = target_key(targets, *slot) {
+                                keys.insert(k);
+                            }
+                        }
                         (PayloadNav::Sips(SimpleNav::Sips), _) => {}
                         (PayloadNav::Var, Some(v)) => {
                             keys.insert(key(v));
@@ -1476,6 +1480,7 @@ fn memo_role_bits(role: usize) -> Option<u32> {
     u32::try_from(role).ok().filter(|r| *r <= 0xFFFF)
 }
 
+/// Whether `memo` is a `via_memo` (a role's index, no state).
 fn is_via_memo(memo: u32) -> bool {
     memo >> 16 == VIA
 }
