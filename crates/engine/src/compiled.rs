@@ -1011,6 +1011,12 @@ impl Compiled {
         self.initial_at.map_or(&[], |at| self.candidates_at(at))
     }
 
+    /// The place of the state named `state` among the states transitions leave (None: no
+    /// transition leaves it), as [`Program::to_state`] gives it.
+    pub(crate) fn place_of(&self, state: &str) -> Option<usize> {
+        self.by_state.position(state)
+    }
+
     pub fn candidates(&self, state: &str) -> &[usize] {
         self.by_state.get(state).map_or(&[], Vec::as_slice)
     }

@@ -1,7 +1,9 @@
 //! Randomized stress: many executions on several executor threads rendezvous in pairs across
 //! executions (like the dating service's T7), for every negotiator. After each run the
 //! invariants must hold: pairing is symmetric, nobody is paired twice, no update was lost,
-//! every lock was released.
+//! every lock was released. Paired executions also poke each other (a transition that writes
+//! both sessions of a pair, decided from the state alone): run in place, under the sessions'
+//! own locks, it races the pokes of the other side and transitions holding logical locks.
 
 use bytes::Bytes;
 use rand::{Rng, SeedableRng};
@@ -21,6 +23,7 @@ service pairing
 role Party holds state {
   peer: session Party
   pairings: int
+  pokes: int
 }
 
 states {
@@ -52,6 +55,10 @@ transition Late: Paired -> same
 transition Hangup: Waiting, Paired -> Done
   when msg.method == BYE
   handles msg.sips
+
+transition Poke: Paired -> same
+  when msg.method == INFO
+  handles msg.sips, msg.sips.peer
 "#;
 
 /// `poke`: the Busy arm also tries to write to the session named in the message, which its
@@ -61,7 +68,7 @@ struct Pairing {
 }
 
 tandem_engine::arms! {
-    enum Arm { Join, Pair, Busy, Late, Hangup }
+    enum Arm { Join, Pair, Busy, Late, Hangup, Poke }
 }
 
 impl Handler for Pairing {
@@ -95,6 +102,20 @@ impl Handler for Pairing {
                         _ => 0,
                     };
                     t.set_attr(a, "pairings", AttrValue::Int(n + 1))?;
+                }
+                t.respond(200);
+            }
+            // Both sessions of the pair count every poke of either: a lost update shows as a
+            // pair whose counts differ, or a total that is not twice the pokes taken.
+            Arm::Poke => {
+                let me = t.sips().ok_or_else(|| HandlerError("no session".into()))?;
+                let peer = t.session_attr(me, "peer")?.ok_or_else(|| HandlerError("no peer".into()))?;
+                for s in [me, peer] {
+                    let n = match t.attr(s, "pokes")? {
+                        Some(AttrValue::Int(n)) => n,
+                        _ => 0,
+                    };
+                    t.set_attr(s, "pokes", AttrValue::Int(n + 1))?;
                 }
                 t.respond(200);
             }
@@ -193,6 +214,12 @@ fn message(i: usize, to_tag: &str, seq: u32, body: &str) -> String {
     )
 }
 
+fn info(i: usize, to_tag: &str, seq: u32) -> String {
+    format!(
+        "INFO sip:pairing@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5061;branch=z9hG4bKn{i}x{seq}\r\nFrom: <sip:p{i}@x>;tag=f{i}\r\nTo: <sip:pairing@127.0.0.1>;tag={to_tag}\r\nCall-ID: call-{i}\r\nCSeq: {seq} INFO\r\nContent-Length: 0\r\n\r\n"
+    )
+}
+
 fn run(negotiator: Negotiator, executors: usize, executions: usize, rounds: usize, seed: u64) {
     run_with(negotiator, executors, executions, rounds, seed, false);
 }
@@ -205,11 +232,26 @@ fn run_with(
     seed: u64,
     poke: bool,
 ) -> Arc<MachineService<Pairing>> {
+    run_mode(negotiator, executors, executions, rounds, seed, poke, true)
+}
+
+/// `verify`: every direct prediction kept (single-assign: every message here, the MESSAGEs'
+/// `let`s and peer sessions included) is checked against the general evaluator under the
+/// locks, and nothing runs in place. Without it, each round also sends every execution an
+/// INFO (a `Poke` once paired), and the single-assignment negotiator runs what the table
+/// decides in place.
+fn run_mode(
+    negotiator: Negotiator,
+    executors: usize,
+    executions: usize,
+    rounds: usize,
+    seed: u64,
+    poke: bool,
+    verify: bool,
+) -> Arc<MachineService<Pairing>> {
     let started = Instant::now();
     let sim = start(executors, negotiator, seed, poke);
-    // Every direct prediction kept (single-assign: every message here, the MESSAGEs' `let`s
-    // and peer sessions included) is checked against the general evaluator under the locks.
-    sim.service.set_verify_direct(true);
+    sim.service.set_verify_direct(verify);
     for i in 0..executions {
         sim.send(&format!("call-{i}"), invite(i));
     }
@@ -233,6 +275,10 @@ fn run_with(
             };
             seq[i] += 1;
             sim.send(&format!("call-{i}"), message(i, &sessions[i].1, seq[i], &body));
+            if !verify {
+                seq[i] += 1;
+                sim.send(&format!("call-{i}"), info(i, &sessions[i].1, seq[i]));
+            }
         }
     }
     // Let every executor drain: messages and posts settle when nothing is parked.
@@ -240,7 +286,10 @@ fn run_with(
     loop {
         std::thread::sleep(Duration::from_millis(50));
         let total: u64 = ["Pair", "Busy", "Late"].iter().map(|n| sim.service.transition_count(n) + sim.service.failures(n)).sum();
-        if total as usize == executions * rounds && sim.service.held_locks() == 0 {
+        // An INFO before its execution is paired is absorbed.
+        let infos = sim.service.transition_count("Poke") + sim.service.failures("Poke") + sim.service.absorbed();
+        let expected_infos = if verify { 0 } else { executions * rounds };
+        if total as usize == executions * rounds && infos as usize == expected_infos && sim.service.held_locks() == 0 {
             break;
         }
         assert!(Instant::now() < settle, "messages not all handled: {total} of {}", executions * rounds);
@@ -249,7 +298,10 @@ fn run_with(
     let (store, service) = sim.stop();
     check_invariants(&store, &sessions, &service);
     assert_eq!(service.direct_mismatches(), 0, "a direct prediction differs from the general evaluator");
-    if negotiator == Negotiator::SingleAssign {
+    if !verify {
+        check_pokes(&store, &sessions, &service);
+    }
+    if negotiator == Negotiator::SingleAssign && verify {
         let messages = (executions * (rounds + 1)) as u64;
         assert!(
             service.direct_predictions() >= messages,
@@ -267,12 +319,14 @@ fn run_with(
     }
     eprintln!(
         "{negotiator:?}: {executors} executors, {executions} executions, {} messages in {elapsed:?}: pairs {}, back-offs {}, \
-         predictions evaluated again {}, fast selections {}",
-        executions * (rounds + 1),
+         predictions evaluated again {}, fast selections {}, pokes {} ({} in place)",
+        executions * (rounds + 1) + if verify { 0 } else { executions * rounds },
         service.transition_count("Pair"),
         service.backoffs(),
         service.reevaluations(),
-        service.fast_selections()
+        service.fast_selections(),
+        service.transition_count("Poke"),
+        service.in_place_runs()
     );
     for (id, _) in &sessions {
         let poked = store.session(*id).and_then(|c| c.lock().attributes.get_bool("poked"));
@@ -322,6 +376,27 @@ fn check_invariants(store: &SessionStore, sessions: &[(SessionId, String)], serv
     assert_eq!(service.held_locks(), 0);
 }
 
+/// Every poke counted on both sessions of its pair, none lost: each paired session's count is
+/// its peer's, and all counts add up to twice the pokes taken (none failed).
+fn check_pokes(store: &SessionStore, sessions: &[(SessionId, String)], service: &MachineService<Pairing>) {
+    let pokes = |id: SessionId| store.session(id).expect("session alive").lock().attributes.get_int("pokes").unwrap_or(0);
+    let mut total = 0;
+    for (id, _) in sessions {
+        let mine = pokes(*id);
+        total += mine;
+        if let Some(peer) = store.session(*id).expect("session alive").lock().attributes.get_session("peer") {
+            assert_eq!(mine, pokes(peer), "{id} and its peer counted different pokes: an update was lost");
+        }
+    }
+    assert_eq!(service.failures("Poke"), 0, "a poke failed");
+    assert_eq!(
+        total as u64,
+        2 * service.transition_count("Poke"),
+        "pokes counted {total} times for {} pokes",
+        service.transition_count("Poke")
+    );
+}
+
 #[test]
 fn ordered_negotiator_rendezvous() {
     for seed in 0..3 {
@@ -361,6 +436,28 @@ fn single_assign_negotiator_under_contention() {
         reevaluated += run_with(Negotiator::SingleAssign, 3, 8, 60, seed, false).reevaluations();
     }
     eprintln!("predictions evaluated again: {reevaluated}");
+}
+
+/// Table-decided transitions run in place (the cells locked, no logical lock) alongside
+/// transitions that hold logical locks, on the same sessions from several executors: few
+/// executions, many rounds. No update may be lost, nothing may deadlock, and both paths must
+/// have run.
+#[test]
+fn single_assign_in_place_under_contention() {
+    let (mut in_place, mut pokes) = (0, 0);
+    for seed in 0..5 {
+        let service = run_mode(Negotiator::SingleAssign, 3, 8, 60, seed, false, false);
+        in_place += service.in_place_runs();
+        pokes += service.transition_count("Poke");
+    }
+    assert!(in_place > 0, "nothing ran in place");
+    assert!(pokes > 0, "no execution was poked");
+    // And with many executions, most pokes run in place.
+    let service = run_mode(Negotiator::SingleAssign, 3, 200, 5, 7, false, false);
+    assert!(service.in_place_runs() * 2 >= service.transition_count("Poke"), "few transitions ran in place");
+    for negotiator in [Negotiator::Ordered, Negotiator::Global] {
+        run_mode(negotiator, 3, 8, 30, 3, false, false);
+    }
 }
 
 /// A handler without an arm for one of the contract's transitions is refused when the service
