@@ -704,17 +704,11 @@ impl CoreState {
         let Some(cell) = self.store.remove_app(app_id) else {
             return;
         };
-        // The application session's lock is not held while its SIP sessions are locked: code
-        // that holds a SIP session may lock its application session (a timer set by a
-        // contract engine arm running under its sessions' locks), never the reverse.
-        let (timers, sessions) = {
-            let app = cell.lock();
-            (app.timers.clone(), app.sessions.clone())
-        };
-        for timer in &timers {
+        let app = cell.lock();
+        for timer in &app.timers {
             self.timers.cancel(*timer);
         }
-        for sid in &sessions {
+        for sid in &app.sessions {
             if let Some(scell) = self.store.remove_session(*sid) {
                 let mut s = scell.lock();
                 s.removed = true;

@@ -9,13 +9,13 @@ use crate::locks::{Acquire, Key, LockTable, Ticket, GLOBAL};
 use crate::reads::{to_value, Cells, Reads};
 use crate::sorted_set::SortedSet;
 use crate::stats::ServiceStats;
-use crate::transition::{Action, Actions, HeldSessions, Transition};
+use crate::transition::{Action, Actions, Transition};
 use smol_str::SmolStr;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
-use tandem_container::{AppSessionId, Context, Request, ResponseEvent, Service, SessionCell, SessionId, SipSession, TimerId, UaProfile};
+use tandem_container::{AppSessionId, Context, Request, ResponseEvent, Service, SessionId, SipSession, TimerId, UaProfile};
 use tandem_contract::ast::NavRoot;
 
 /// How a service's transitions acquire their sessions.
@@ -157,19 +157,12 @@ struct Fast {
     vars: Vars,
     /// A session locked (its state was read) that the arm may not touch.
     unneeded: Option<Key>,
-    /// The transition already ran, in place (`MachineService::run_in_place`): nothing is
-    /// held, nothing is left to do.
-    ran: bool,
 }
 
 impl Fast {
     /// A message whose session is gone: nothing read, nothing to hold.
     fn absorbed() -> Fast {
-        Fast { transition: None, holder: None, app: None, vars: Vars::default(), unneeded: None, ran: false }
-    }
-
-    fn ran() -> Fast {
-        Fast { ran: true, ..Fast::absorbed() }
+        Fast { transition: None, holder: None, app: None, vars: Vars::default(), unneeded: None }
     }
 }
 
@@ -341,10 +334,6 @@ pub struct MachineService<H: Handler> {
     /// Check every direct prediction kept against the general evaluator under the locks
     /// (`tandem_direct_mismatches_total`): for tests, it evaluates each such message twice.
     verify_direct: AtomicBool,
-    /// Run table-decided transitions in place (`run_in_place`); on unless turned off.
-    in_place: AtomicBool,
-    /// Counts transitions run in place, to sample their arms' time.
-    in_place_runs: AtomicU64,
 }
 
 pub(crate) fn key(id: SessionId) -> Key {
@@ -400,8 +389,6 @@ impl<H: Handler> MachineService<H> {
             in_progress: dashmap::DashMap::default(),
             queued_sessions: AtomicUsize::new(0),
             verify_direct: AtomicBool::new(false),
-            in_place: AtomicBool::new(true),
-            in_place_runs: AtomicU64::new(0),
         }))
     }
 
@@ -437,23 +424,6 @@ impl<H: Handler> MachineService<H> {
     /// message is evaluated twice.
     pub fn set_verify_direct(&self, on: bool) {
         self.verify_direct.store(on, Relaxed);
-    }
-
-    /// Whether the fast path runs the transitions the table decides in place, under their
-    /// sessions' own locks (`run_in_place`; on by default). Off, they take and release
-    /// logical locks like every other transition. Verifying direct predictions turns it off:
-    /// only decisions taken under logical locks are compared with the general evaluator.
-    pub fn set_in_place(&self, on: bool) {
-        self.in_place.store(on, Relaxed);
-    }
-
-    fn in_place_on(&self) -> bool {
-        self.in_place.load(Relaxed) && !self.verify_direct.load(Relaxed)
-    }
-
-    /// Transitions run in place, a part of [`Self::fast_selections`].
-    pub fn in_place_runs(&self) -> u64 {
-        self.stats.in_place.load(Relaxed)
     }
 
     /// Predictions made by the direct path.
@@ -523,45 +493,29 @@ impl<H: Handler> MachineService<H> {
     }
 
     fn begin(&self, ctx: &mut Context<'_>, event: Event<'_>, owns_queue: bool) {
-        let mut held = SortedSet::new();
-        if self.negotiator == Negotiator::SingleAssign {
-            let mut reads = Reads::default();
-            // By reference: moving the selection out of its `Option` was a copy per message.
-            if let Some(fast) = &self.fast_select(ctx, &event, &mut held, &mut reads) {
-                if fast.ran {
-                    if let (true, Some(session)) = (owns_queue, event.session) {
-                        self.next_event(ctx, session);
-                    }
-                    return;
-                }
-                let mut neg = self.negotiation(ctx, event, owns_queue, held);
-                if self.run_fast(ctx, &mut neg, fast, &mut reads) {
-                    return;
-                }
-                neg.held.clear();
-                return self.begin_general(ctx, neg);
-            }
-            held.clear();
-        }
-        let neg = self.negotiation(ctx, event, owns_queue, held);
-        self.begin_general(ctx, neg);
-    }
-
-    /// The negotiation of `event`, on the stack (boxed only if it has to wait for a lock).
-    /// Made only once the fast path did not run the transition in place.
-    #[inline]
-    fn negotiation<'m>(&self, ctx: &Context<'_>, event: Event<'m>, owns_queue: bool, held: SortedSet<Key>) -> Negotiation<'m> {
-        Negotiation {
+        // On the stack: boxed only if it has to wait for a lock.
+        let mut neg = Negotiation {
             ticket: self.next_ticket.fetch_add(1, Relaxed),
             event,
             executor: ctx.executor(),
-            held,
+            held: SortedSet::new(),
             to_acquire: SortedSet::new(),
             started: ctx.now(),
             backoffs: 0,
             prediction: None,
             owns_queue,
+        };
+        if self.negotiator == Negotiator::SingleAssign {
+            let mut reads = Reads::default();
+            // By reference: moving the selection out of its `Option` was a copy per message.
+            if let Some(fast) = &self.fast_select(ctx, &neg.event, &mut neg.held, &mut reads) {
+                if self.run_fast(ctx, &mut neg, fast, &mut reads) {
+                    return;
+                }
+            }
+            neg.held.clear();
         }
+        self.begin_general(ctx, neg);
     }
 
     /// The single-assignment negotiator's fast path, for a message whose possible transitions
@@ -623,32 +577,16 @@ impl<H: Handler> MachineService<H> {
                     }
                 }
                 let (app, generation) = (Some(s.app), s.attributes.generation());
-                keys.insert(key(id));
-                // Still holding the session's cell: the transition runs in place if it can.
-                match transition.filter(|_| self.in_place_on()) {
-                    Some(t) => {
-                        if self.run_in_place(ctx, event, t, id, keys, reads, (id, &cell, s), None) {
-                            return Some(Fast::ran());
-                        }
-                    }
-                    None => drop(s),
-                }
+                drop(s);
                 reads.record(id, cell, generation);
-                return Some(Fast { transition, holder: Some(id), app, vars: Vars::default(), unneeded: None, ran: false });
+                keys.insert(key(id));
+                return Some(Fast { transition, holder: Some(id), app, vars: Vars::default(), unneeded: None });
             }
         }
         let mut targets = Targets::new();
         let found = read_undecided(compiled, &s, method_index, &mut targets)?;
         let (app, generation) = (Some(s.app), s.attributes.generation());
-        match found.via.filter(|h| *h != id && self.in_place_on()) {
-            Some(h) => {
-                let first = (id, &cell, s);
-                if let Some(fast) = self.via_in_place(ctx, event, first, h, found.role, method_index, app, &targets, keys, reads) {
-                    return Some(fast);
-                }
-            }
-            None => drop(s),
-        }
+        drop(s);
         reads.record(id, cell, generation);
         self.fast_select_undecided(ctx, event, id, method_index, found, app, &targets, keys, reads)
     }
@@ -696,7 +634,7 @@ impl<H: Handler> MachineService<H> {
                     keys.insert(key(id));
                     keys.insert(key(h));
                     target_keys(navs, targets, keys);
-                    return Some(Fast { transition, holder: Some(h), app, vars: Vars::default(), unneeded: None, ran: false });
+                    return Some(Fast { transition, holder: Some(h), app, vars: Vars::default(), unneeded: None });
                 }
                 Located { place, selection, sips_role: Some(Some(role)), holder: Some(h), app }
             }
@@ -785,7 +723,7 @@ impl<H: Handler> MachineService<H> {
                 unneeded = Some(key(v));
             }
         }
-        Some(Fast { transition, holder, app, vars, unneeded, ran: false })
+        Some(Fast { transition, holder, app, vars, unneeded })
     }
 
     /// The fast path's selection where [`Compiled::selection_at`] cannot decide it: each
@@ -913,186 +851,6 @@ impl<H: Handler> MachineService<H> {
         if let Prediction { outcome: Outcome::Run(chosen), reads, .. } = p {
             self.run(ctx, neg, chosen, &reads);
         }
-    }
-
-    /// [`Self::fast_select`] for a message on a session that keeps its execution's state on
-    /// another, `h` (a media leg and its caller), while the message's session is still locked
-    /// (`first`): `h` is try-locked and, if the table decides the transition from its memo,
-    /// the transition runs in place with both (and its handles' sessions) locked. Some: ran,
-    /// or absorbed (the table decides that nothing is enabled); None: the usual fast path
-    /// decides (`keys` left as it was).
-    #[allow(clippy::too_many_arguments)]
-    #[inline(never)]
-    fn via_in_place(
-        &self,
-        ctx: &mut Context<'_>,
-        event: &Event<'_>,
-        first: HeldSession<'_>,
-        h: SessionId,
-        role: usize,
-        method_index: Option<usize>,
-        app: Option<AppSessionId>,
-        targets: &[(usize, Operand)],
-        keys: &mut SortedSet<Key>,
-        reads: &Reads,
-    ) -> Option<Fast> {
-        let cell = ctx.session(h)?;
-        let g = cell.try_lock().filter(|g| !g.is_removed())?;
-        // Only a state holder's commit sets a memo.
-        let memo = holder_memo(g.attributes.memo())?;
-        let transition = match self.compiled.selection_in(memo_place(memo), method_index, Some(Some(role))) {
-            // Absorbed without locks, as `fast_select_undecided` would decide it.
-            Selection::Nothing => return Some(Fast { holder: Some(h), app, ..Fast::absorbed() }),
-            Selection::One(t) => t,
-            Selection::Evaluate => return None,
-        };
-        let navs = self.compiled.program(transition).simple_navs.as_deref()?;
-        keys.insert(key(first.0));
-        keys.insert(key(h));
-        target_keys(navs, targets, keys);
-        if self.run_in_place(ctx, event, transition, h, keys, reads, first, Some((h, &cell, g))) {
-            return Some(Fast::ran());
-        }
-        keys.clear();
-        None
-    }
-
-    /// Runs `transition`, which the table decided from the memo of the message's session,
-    /// with the cells of every session it may touch locked (the message's, `first`, and its
-    /// state holder `second` when that is another session, locked by the caller; the others
-    /// its handles name, try-locked here): the arm reads and writes them directly, the state is
-    /// written by index, the sends are ordered and applied, and the cells are released — one
-    /// lock per session, where the usual fast path takes a logical lock per session, checks
-    /// what it read unlocked, and locks each cell again at each access. False, with nothing
-    /// done: a cell was busy, a session is gone, a negotiation holds one of them, or a move
-    /// would change a session not held; the usual fast path then decides.
-    ///
-    /// The invariant it keeps: a negotiation that holds a session's logical lock never sees
-    /// the session change under it. No logical lock among `keys` is held when this checks,
-    /// with every cell locked; a negotiation that takes one after the check reads the session
-    /// only by locking its cell, so after this commit, as if it had come later. Deadlock-free:
-    /// it waits for no cell while holding one (try-locks), and the logical locks' stripes are
-    /// held only for a few word operations.
-    #[allow(clippy::too_many_arguments)]
-    #[inline(never)]
-    fn run_in_place(
-        &self,
-        ctx: &mut Context<'_>,
-        event: &Event<'_>,
-        transition: usize,
-        holder: SessionId,
-        keys: &SortedSet<Key>,
-        reads: &Reads,
-        first: HeldSession<'_>,
-        second: Option<HeldSession<'_>>,
-    ) -> bool {
-        let compiled = &self.compiled;
-        let program = compiled.program(transition);
-        let Some(navs) = program.simple_navs.as_deref() else { return false };
-        // The other sessions the handles name (read from the message's session, held).
-        let mut others: smallvec::SmallVec<[(SessionId, SessionCell); 2]> = smallvec::SmallVec::new();
-        for nav in navs {
-            let SimpleNav::SipsAttr(slot) = nav else { continue };
-            let Some(target) = first.2.attributes.get_session(&compiled.slots[*slot]) else { continue };
-            if target == first.0 || second.as_ref().is_some_and(|s| s.0 == target) || others.iter().any(|(o, _)| *o == target) {
-                continue;
-            }
-            let Some(cell) = ctx.session(target) else { return false };
-            others.push((target, cell));
-        }
-        let mut held: smallvec::SmallVec<[HeldSession<'_>; 4]> = smallvec::SmallVec::new();
-        held.push(first);
-        if let Some(second) = second {
-            held.push(second);
-        }
-        for (id, cell) in &others {
-            // Never waits for a cell while holding one.
-            match cell.try_lock() {
-                Some(g) if !g.is_removed() => held.push((*id, cell, g)),
-                _ => return false,
-            }
-        }
-        if keys.iter().any(|&k| self.locks.holder(k).is_some()) {
-            return false;
-        }
-        let t = compiled.transition(transition);
-        // The state holders it changes, found as the commit finds them: each must be held
-        // (the message's is, where selection found it and it cannot change).
-        let fixed = holder == held[0].0 || compiled.fixed_holders;
-        if (!fixed || !program.moves.is_empty()) && held_state_holders(compiled, program, navs, holder, &held).is_none() {
-            return false;
-        }
-        // Sampled like `run_with`'s, by a count of its own (no negotiation, no ticket here; a
-        // load and a store, not an atomic increment: a lost count only shifts the sample).
-        let runs = self.in_place_runs.load(Relaxed);
-        self.in_place_runs.store(runs.wrapping_add(1), Relaxed);
-        let started = runs.is_multiple_of(HANDLER_TIME_SAMPLE).then(Instant::now);
-        let mut actions = Actions::new();
-        let vars = Vars::default();
-        let (result, done) = {
-            let mut tr = Transition::new(ctx, compiled, event, keys, reads, &t.lets, &vars, &mut actions, Some(&mut held));
-            let result = self.handler.do_transition(self.arms[transition], &mut tr);
-            (result, tr.finish())
-        };
-        // The arm may have changed an attribute a move follows: then the move would change a
-        // session not held, and the transition fails instead.
-        let holders = match result {
-            Ok(()) if fixed && program.moves.is_empty() => Ok((holder, smallvec::SmallVec::new())),
-            Ok(()) => held_state_holders(compiled, program, navs, holder, &held)
-                .ok_or_else(|| HandlerError("the arm changed a session a move follows to one the transition does not hold".into())),
-            Err(e) => Err(e),
-        };
-        let stats = &self.stats.transitions[transition];
-        match holders {
-            Ok((own, moved)) => {
-                if let (false, Some(s)) = (t.stays, held_session(&mut held, own)) {
-                    set_state_on(compiled, s, &t.to.name, program.to_state);
-                }
-                for (i, h) in moved.iter().enumerate() {
-                    if let Some(s) = h.and_then(|h| held_session(&mut held, h)) {
-                        set_state_on(compiled, s, &t.moves[i].to.name, program.move_states[i]);
-                    }
-                }
-                // Executions that reached a final state: their application sessions go once
-                // the cells are released (invalidating locks them).
-                let mut ended: smallvec::SmallVec<[AppSessionId; 2]> = smallvec::SmallVec::new();
-                if program.to_final {
-                    ended.push(held[0].2.app);
-                }
-                if program.moves_final {
-                    for (i, mv) in t.moves.iter().enumerate() {
-                        let target = move_target_in(compiled, navs, program.handles.len() + i, &held);
-                        if let (true, Some(s)) = (compiled.finals.contains(&mv.to.name), target.and_then(|s| held_session(&mut held, s))) {
-                            ended.push(s.app);
-                        }
-                    }
-                }
-                // Sessions the arm wrote without a state change keep taking this path.
-                if done.wrote {
-                    for (_, _, s) in held.iter_mut() {
-                        refresh_memo(compiled, s);
-                    }
-                }
-                let cells = Cells { reads, created: &done.created_cells };
-                apply(ctx, event, &mut actions, &cells, &mut held);
-                // Unlocked in place (moving the guards out to drop them was a copy).
-                held.clear();
-                for app in ended {
-                    ctx.invalidate(app);
-                }
-                stats.count.fetch_add(1, Relaxed);
-            }
-            Err(e) => {
-                held.clear();
-                self.failed(ctx, transition, e, done.created_apps);
-            }
-        }
-        if let Some(started) = started {
-            stats.handler_ns.fetch_add(started.elapsed().as_nanos() as u64 * HANDLER_TIME_SAMPLE, Relaxed);
-        }
-        self.stats.fast.fetch_add(1, Relaxed);
-        self.stats.in_place.fetch_add(1, Relaxed);
-        true
     }
 
     /// A message that enables no transition: answered if it is a request that needs it, and
@@ -1485,7 +1243,7 @@ impl<H: Handler> MachineService<H> {
         // every handler call anyway.
         let started = neg.ticket.is_multiple_of(HANDLER_TIME_SAMPLE).then(Instant::now);
         let mut actions = Actions::new();
-        let mut tr = Transition::new(ctx, &self.compiled, &neg.event, allowed, reads, &t.lets, vars, &mut actions, None);
+        let mut tr = Transition::new(ctx, &self.compiled, &neg.event, allowed, reads, &t.lets, vars, &mut actions);
         let result = self.handler.do_transition(self.arms[transition], &mut tr);
         let done = tr.finish();
         let stats = &self.stats.transitions[transition];
@@ -1493,7 +1251,7 @@ impl<H: Handler> MachineService<H> {
             Ok(()) => {
                 let cells = Cells { reads, created: &done.created_cells };
                 self.commit_state(ctx, neg, transition, vars, holder, &done, &cells);
-                apply(ctx, &neg.event, &mut actions, &cells, &mut []);
+                apply(ctx, &neg.event, &mut actions, &cells);
                 self.finish_executions(ctx, neg, transition, vars, done.created_sips, &cells);
                 stats.count.fetch_add(1, Relaxed);
             }
@@ -1548,18 +1306,28 @@ impl<H: Handler> MachineService<H> {
             (Some(s), Some(h)) if s == h || self.compiled.fixed_holders => Some(h),
             _ => sips.and_then(|s| self.holder(ctx, s, cells)),
         };
-        if let Some(holder) = holder {
-            if !stays {
-                set_state(ctx, &self.compiled, cells, holder, &t.to.name, program.to_state);
-            } else if done.wrote {
-                with_session(ctx, cells, holder, |s| refresh_memo(&self.compiled, s));
-            }
+        // The state holders whose state this commit writes (and with it their memo).
+        let mut stated: [Option<SessionId>; 4] = [None; 4];
+        if let (Some(holder), false) = (holder, stays) {
+            set_state(ctx, &self.compiled, cells, holder, &t.to.name, program.to_state);
+            stated[0] = Some(holder);
         }
         for (i, (mv, index)) in t.moves.iter().zip(&program.move_states).enumerate() {
             if let Some(s) = self.move_target(ctx, neg, transition, i, vars, cells) {
                 if let Some(holder) = self.holder(ctx, s, cells) {
                     set_state(ctx, &self.compiled, cells, holder, &mv.to.name, *index);
+                    if let Some(free) = stated.iter_mut().find(|h| h.is_none()) {
+                        *free = Some(holder);
+                    }
                 }
+            }
+        }
+        // The arm's writes made the memos of the sessions it wrote stale: set again where no
+        // state was written (a `same` transition's, a peer's), else the executions' next
+        // messages would leave the fast path for good (only a commit sets a memo).
+        for &id in done.wrote.iter().flatten() {
+            if !stated.contains(&Some(id)) {
+                with_session(ctx, cells, id, |s| refresh_memo(&self.compiled, s));
             }
         }
     }
@@ -1643,74 +1411,6 @@ impl<H: Handler> MachineService<H> {
             s.attributes.get_session(info.state_via.as_deref()?)
         })?
     }
-}
-
-/// A session whose cell the in-place path holds locked (`MachineService::run_in_place`).
-type HeldSession<'g> = (SessionId, &'g SessionCell, parking_lot::MutexGuard<'g, SipSession>);
-
-fn held_session<'h>(held: &'h mut [HeldSession<'_>], id: SessionId) -> Option<&'h mut SipSession> {
-    held.iter_mut().find(|(h, _, _)| *h == id).map(|(_, _, g)| &mut **g)
-}
-
-impl HeldSessions for smallvec::SmallVec<[HeldSession<'_>; 4]> {
-    fn session(&mut self, id: SessionId) -> Option<&mut SipSession> {
-        held_session(self, id)
-    }
-}
-
-/// The state holder of a session (locked), as `MachineService::holder` finds it.
-fn held_holder(compiled: &Compiled, s: &SipSession) -> Option<SessionId> {
-    let info = compiled.role(s.attributes.get_str(ROLE)?)?;
-    if info.holds_state {
-        return Some(s.id);
-    }
-    s.attributes.get_session(info.state_via.as_deref()?)
-}
-
-/// The session the `msg.sips` navigation at `at` (a handle's or a move's) reaches; the
-/// message's session is `held[0]`.
-fn move_target_in(compiled: &Compiled, navs: &[SimpleNav], at: usize, held: &[HeldSession<'_>]) -> Option<SessionId> {
-    match navs.get(at)? {
-        SimpleNav::Sips => Some(held[0].0),
-        SimpleNav::SipsAttr(slot) => held[0].2.attributes.get_session(&compiled.slots[*slot]),
-    }
-}
-
-/// The state holders a transition changes, as the commit finds them (`commit_state`): the
-/// message's execution's (`holder`, found by selection) and each move's (None where a move
-/// reaches no session, or one without a state). None if one of them, or a session a move
-/// reaches, is not held: the in-place path cannot change it.
-fn held_state_holders(
-    compiled: &Compiled,
-    program: &crate::compiled::Program,
-    navs: &[SimpleNav],
-    holder: SessionId,
-    held: &[HeldSession<'_>],
-) -> Option<(SessionId, smallvec::SmallVec<[Option<SessionId>; 2]>)> {
-    let is_held = |id: SessionId| held.iter().any(|(h, _, _)| *h == id);
-    // A session's holder stays where selection found it (roles never change; a `via` that is
-    // `once` cannot either): looked up again only otherwise.
-    let own = match holder == held[0].0 || compiled.fixed_holders {
-        true => holder,
-        false => held_holder(compiled, &held[0].2)?,
-    };
-    if !is_held(own) {
-        return None;
-    }
-    let mut moved = smallvec::SmallVec::new();
-    for i in 0..program.moves.len() {
-        let Some(target) = move_target_in(compiled, navs, program.handles.len() + i, held) else {
-            moved.push(None);
-            continue;
-        };
-        let (_, _, s) = held.iter().find(|(h, _, _)| *h == target)?;
-        let h = held_holder(compiled, s);
-        if h.is_some_and(|h| !is_held(h)) {
-            return None;
-        }
-        moved.push(h);
-    }
-    Some((own, moved))
 }
 
 /// One negotiation in this many has its arm timed (`tandem_transition_handler_seconds_total`
@@ -2357,8 +2057,7 @@ fn answer_absorbed(ctx: &mut Context<'_>, event: &Event<'_>) {
 /// another executor are posted there.
 // Drains `actions` in place: moving the inline vector (by value, then into its iterator) was
 // two copies of a few hundred bytes per transition.
-// `held`: the sessions the in-place path holds locked, reached without locking them again.
-fn apply(ctx: &mut Context<'_>, event: &Event<'_>, actions: &mut Actions, cells: &Cells<'_>, held: &mut [HeldSession<'_>]) {
+fn apply(ctx: &mut Context<'_>, event: &Event<'_>, actions: &mut Actions, cells: &Cells<'_>) {
     for action in actions.drain(..) {
         match action {
             Action::Respond { status, headers, body } => {
@@ -2369,11 +2068,6 @@ fn apply(ctx: &mut Context<'_>, event: &Event<'_>, actions: &mut Actions, cells:
                 }
             }
             Action::OnSession { session, op } => {
-                if let Some((_, cell, s)) = held.iter_mut().find(|(h, _, _)| *h == session) {
-                    let ticket = s.reserve_action();
-                    ctx.act_in_order(cell, s, ticket, move |ctx: &mut Context<'_>, s: &mut SipSession| op.apply_on(ctx, s));
-                    continue;
-                }
                 // One look-up: the session's home, and the action itself when it is this
                 // executor's.
                 // Borrowed from the reads if evaluation kept it or the arm created it (no

@@ -3,13 +3,6 @@
 //! in arbitrary order (as navigation does), park when a session is taken and are resumed by
 //! the releasing executor. Shuttle explores thread interleavings; a deadlock (every executor
 //! blocked) or a broken invariant fails the test.
-//!
-//! Each session also has a cell (its `SipSession` mutex): a transition holding logical locks
-//! reads and writes its sessions only through their cells, and some tasks take the engine's
-//! in-place path (`MachineService::run_in_place`): the cells locked (the first waited for,
-//! the others only tried), no logical lock of them held by anyone, then written, with no
-//! logical lock taken; otherwise they negotiate like the rest. The invariant: a session never
-//! changes under a transition that holds its logical lock, and no update is lost.
 
 use crate::locks::tests::k;
 use crate::locks::{Acquire, Key, LockTable, Ticket};
@@ -17,7 +10,7 @@ use crate::plan::plan;
 use crate::sorted_set::SortedSet;
 use shuttle::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use shuttle::sync::mpsc::{channel, Receiver, Sender};
-use shuttle::sync::{Arc, Mutex};
+use shuttle::sync::Arc;
 
 struct Task {
     ticket: Ticket,
@@ -27,8 +20,6 @@ struct Task {
     held: SortedSet<Key>,
     to_acquire: SortedSet<Key>,
     backoffs: usize,
-    /// Tries the in-place path first.
-    in_place: bool,
 }
 
 struct World {
@@ -39,10 +30,6 @@ struct World {
     keys: Vec<Key>,
     in_use: Vec<AtomicBool>,
     done: AtomicUsize,
-    /// The sessions' cells: a count of the transitions that wrote each.
-    cells: Vec<Mutex<usize>>,
-    /// Writes made, to compare with the cells' counts.
-    writes: AtomicUsize,
 }
 
 impl World {
@@ -79,26 +66,13 @@ impl World {
         }
     }
 
-    fn session(&self, k: &Key) -> usize {
-        self.keys.iter().position(|x| x == k).expect("a scenario key")
-    }
-
     fn run(&self, task: Task) {
-        let session = |k: &Key| self.session(k);
+        let session = |k: &Key| self.keys.iter().position(|x| x == k).expect("a scenario key");
         for k in &task.held {
             let was = self.in_use[session(k)].swap(true, Ordering::SeqCst);
             assert!(!was, "two transitions hold session {} at once", session(k));
         }
-        // Reads its sessions (each through its cell), then writes what it read plus one: a
-        // session that changed in between is one changed under its logical lock.
-        let read: Vec<usize> = task.held.iter().map(|k| *cell(&self.cells[session(k)])).collect();
         shuttle::thread::yield_now();
-        for (k, was) in task.held.iter().zip(read) {
-            let mut c = cell(&self.cells[session(k)]);
-            assert_eq!(*c, was, "session {} changed under its logical lock", session(k));
-            *c += 1;
-            self.writes.fetch_add(1, Ordering::SeqCst);
-        }
         for k in &task.held {
             self.in_use[session(k)].store(false, Ordering::SeqCst);
         }
@@ -106,47 +80,10 @@ impl World {
         for k in &task.held {
             self.release(*k, task.ticket);
         }
-        self.finished();
-    }
-
-    /// The in-place path: the task back if it must negotiate instead.
-    fn run_in_place(&self, task: Box<Task>) -> Option<Box<Task>> {
-        let sessions: Vec<usize> = task.discovery.iter().map(|k| self.session(k)).collect();
-        let mut cells = vec![cell(&self.cells[sessions[0]])];
-        for &s in &sessions[1..] {
-            match self.cells[s].try_lock() {
-                Ok(c) => cells.push(c),
-                Err(_) => return Some(task),
-            }
-        }
-        if task.discovery.iter().any(|k| self.locks.holder(*k).is_some()) {
-            return Some(task);
-        }
-        shuttle::thread::yield_now();
-        for c in &mut cells {
-            **c += 1;
-            self.writes.fetch_add(1, Ordering::SeqCst);
-        }
-        drop(cells);
-        self.finished();
-        None
-    }
-
-    fn finished(&self) {
         if self.done.fetch_add(1, Ordering::SeqCst) + 1 == self.total {
             for inbox in &self.inboxes {
                 let _ = inbox.send(None);
             }
-        }
-    }
-
-    fn start(&self, task: Box<Task>) {
-        let task = match task.in_place {
-            true => self.run_in_place(task),
-            false => Some(task),
-        };
-        if let Some(task) = task {
-            self.drive(task);
         }
     }
 
@@ -159,19 +96,9 @@ impl World {
     }
 }
 
-fn cell(m: &Mutex<usize>) -> shuttle::sync::MutexGuard<'_, usize> {
-    // A poisoned cell means a test thread panicked: the test fails either way.
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// `executors` threads run `tasks` (each a discovery order of sessions, indices into `keys`)
 /// and then serve resumptions until every task everywhere has committed.
 fn scenario(executors: usize, keys: &[Key], tasks: Vec<(usize, Vec<usize>)>) {
-    scenario_with(executors, keys, tasks.into_iter().map(|(e, d)| (e, d, false)).collect());
-}
-
-/// [`scenario`] with tasks that try the in-place path first (`true`).
-fn scenario_with(executors: usize, keys: &[Key], tasks: Vec<(usize, Vec<usize>, bool)>) {
     let total = tasks.len();
     #[allow(clippy::type_complexity)]
     let (senders, receivers): (Vec<Sender<Option<Box<Task>>>>, Vec<Receiver<Option<Box<Task>>>>) =
@@ -183,11 +110,9 @@ fn scenario_with(executors: usize, keys: &[Key], tasks: Vec<(usize, Vec<usize>, 
         keys: keys.to_vec(),
         in_use: keys.iter().map(|_| AtomicBool::new(false)).collect(),
         done: AtomicUsize::new(0),
-        cells: keys.iter().map(|_| Mutex::new(0)).collect(),
-        writes: AtomicUsize::new(0),
     });
     let mut per_executor: Vec<Vec<Box<Task>>> = (0..executors).map(|_| Vec::new()).collect();
-    for (i, (executor, discovery, in_place)) in tasks.into_iter().enumerate() {
+    for (i, (executor, discovery)) in tasks.into_iter().enumerate() {
         per_executor[executor].push(Box::new(Task {
             ticket: i as u64 + 1,
             executor,
@@ -195,7 +120,6 @@ fn scenario_with(executors: usize, keys: &[Key], tasks: Vec<(usize, Vec<usize>, 
             held: SortedSet::new(),
             to_acquire: SortedSet::new(),
             backoffs: 0,
-            in_place,
         }));
     }
     let handles: Vec<_> = per_executor
@@ -205,7 +129,7 @@ fn scenario_with(executors: usize, keys: &[Key], tasks: Vec<(usize, Vec<usize>, 
             let world = world.clone();
             shuttle::thread::spawn(move || {
                 for task in mine {
-                    world.start(task);
+                    world.drive(task);
                 }
                 // Resumptions arrive here until the last commit says stop; a stuck protocol
                 // leaves every executor blocked, which shuttle reports as a deadlock.
@@ -220,8 +144,6 @@ fn scenario_with(executors: usize, keys: &[Key], tasks: Vec<(usize, Vec<usize>, 
     }
     assert_eq!(world.done.load(Ordering::SeqCst), total);
     assert_eq!(world.locks.held(), 0, "every lock released");
-    let counted: usize = world.cells.iter().map(|c| *cell(c)).sum();
-    assert_eq!(counted, world.writes.load(Ordering::SeqCst), "an update was lost");
 }
 
 /// `n` sessions, each in a stripe of its own (in session order).
@@ -261,33 +183,4 @@ fn sessions_sharing_stripes_still_finish() {
 fn exhaustive_small_configuration() {
     // Every interleaving up to the bound, on the smallest configuration with a cycle of wants.
     shuttle::check_dfs(|| scenario(2, &own_stripes(2), vec![(0, vec![1, 0]), (1, vec![0, 1])]), Some(200_000));
-}
-
-#[test]
-fn in_place_transitions_never_change_a_session_under_a_logical_lock() {
-    // Like T4/T11 in place (own session first, then its media leg or peer) against T7-like
-    // negotiations over the same sessions, from both executors.
-    shuttle::check_random(
-        || {
-            scenario_with(
-                2,
-                &own_stripes(4),
-                vec![
-                    (0, vec![0, 1], true),
-                    (1, vec![1, 0], false),
-                    (1, vec![1, 2], true),
-                    (0, vec![2, 1], false),
-                    (0, vec![3, 2], true),
-                    (1, vec![0], true),
-                ],
-            )
-        },
-        3000,
-    );
-}
-
-#[test]
-fn in_place_exhaustive_small_configuration() {
-    shuttle::check_dfs(|| scenario_with(2, &own_stripes(2), vec![(0, vec![0, 1], true), (1, vec![1, 0], false)]), Some(200_000));
-    shuttle::check_dfs(|| scenario_with(2, &own_stripes(2), vec![(0, vec![0, 1], true), (1, vec![1, 0], true)]), Some(200_000));
 }

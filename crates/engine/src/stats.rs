@@ -34,9 +34,6 @@ pub struct ServiceStats {
     /// Messages the fast path decided (`MachineService::fast_select`: a transition selected,
     /// or the message absorbed): direct predictions too, counted apart.
     pub fast: AtomicU64,
-    /// Fast-path transitions run in place (`MachineService::run_in_place`: the sessions' cells
-    /// locked, no logical lock taken), a part of `fast`.
-    pub in_place: AtomicU64,
 }
 
 impl ServiceStats {
@@ -91,11 +88,6 @@ impl ServiceStats {
                 "tandem_fast_selections_total",
                 "Messages the fast path decided (role and state as indices, simple guards): a transition selected, or absorbed",
                 self.fast.load(Relaxed),
-            ),
-            (
-                "tandem_in_place_transitions_total",
-                "Fast-path transitions run in place, under their sessions' own locks (no logical lock taken)",
-                self.in_place.load(Relaxed),
             ),
             (
                 "tandem_direct_mismatches_total",

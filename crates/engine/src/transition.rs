@@ -84,8 +84,10 @@ pub(crate) enum Action {
 pub(crate) type Actions = smallvec::SmallVec<[Action; 2]>;
 
 pub(crate) struct Done {
-    /// The arm set an attribute or a role (a state holder's memo is then stale).
-    pub wrote: bool,
+    /// The sessions whose attributes the arm set (their memos are then stale), the first
+    /// four (a session past them keeps a stale memo: its messages take the general path, which
+    /// is correct, only slower).
+    pub wrote: Wrote,
     pub created_sips: Option<SessionId>,
     pub created_apps: Vec<AppSessionId>,
     /// The cells of the sessions the arm created: the commit reaches them without a look-up.
@@ -112,17 +114,20 @@ pub struct Transition<'c, 'a> {
     /// The transition's `let`s and the values the contract bound them to.
     lets: &'c [tandem_contract::ast::Let],
     vars: &'c Vars,
-    /// The sessions whose cells the engine holds locked while the arm runs (the in-place
-    /// path, `MachineService::run_in_place`): reached here, never locked again.
-    held: Option<&'c mut dyn HeldSessions>,
     /// See [`Done::wrote`].
-    wrote: bool,
+    wrote: Wrote,
 }
 
-/// Sessions whose cells the engine holds locked while an arm runs (`MachineService::run_in_place`).
-pub(crate) trait HeldSessions {
-    /// The session, if it is held (held sessions are not removed: checked when locked).
-    fn session(&mut self, id: SessionId) -> Option<&mut SipSession>;
+/// See [`Done::wrote`] (an array: nothing to drop).
+pub(crate) type Wrote = [Option<SessionId>; 4];
+
+fn note_write(wrote: &mut Wrote, id: SessionId) {
+    if wrote.contains(&Some(id)) {
+        return;
+    }
+    if let Some(free) = wrote.iter_mut().find(|w| w.is_none()) {
+        *free = Some(id);
+    }
 }
 
 impl<'c, 'a> Transition<'c, 'a> {
@@ -136,7 +141,6 @@ impl<'c, 'a> Transition<'c, 'a> {
         lets: &'c [tandem_contract::ast::Let],
         vars: &'c Vars,
         actions: &'c mut Actions,
-        held: Option<&'c mut dyn HeldSessions>,
     ) -> Self {
         Transition {
             ctx,
@@ -151,8 +155,7 @@ impl<'c, 'a> Transition<'c, 'a> {
             actions,
             lets,
             vars,
-            held,
-            wrote: false,
+            wrote: [None; 4],
         }
     }
 
@@ -200,9 +203,6 @@ impl<'c, 'a> Transition<'c, 'a> {
     }
 
     fn with_unchecked<R>(&mut self, id: SessionId, f: impl FnOnce(&mut SipSession) -> R) -> Option<R> {
-        if let Some(s) = self.held.as_mut().and_then(|h| h.session(id)) {
-            return Some(f(s));
-        }
         match (Cells { reads: self.reads, created: &self.created_cells }).cell(id) {
             Some(cell) => {
                 let mut s = cell.lock();
@@ -221,7 +221,7 @@ impl<'c, 'a> Transition<'c, 'a> {
     }
 
     pub fn set_attr(&mut self, id: SessionId, name: &str, value: AttrValue) -> Result<(), TransitionError> {
-        self.wrote = true;
+        note_write(&mut self.wrote, id);
         self.with(id, |s| {
             s.attributes.set(name, value);
         })
@@ -250,7 +250,10 @@ impl<'c, 'a> Transition<'c, 'a> {
         // A role that keeps its state on another session has no state memo of its own (see
         // `engine::via_memo`): its role as an index instead.
         let via = if self.compiled.role_at(index).holds_state { None } else { crate::engine::via_memo(index) };
-        self.wrote = true;
+        // A role that keeps its state elsewhere gets its memo here; a state holder's is stale.
+        if via.is_none() {
+            note_write(&mut self.wrote, id);
+        }
         self.with(id, |s| {
             s.attributes.set(ROLE, AttrValue::Str(role.to_string()));
             for (name, value) in attrs {

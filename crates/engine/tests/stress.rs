@@ -1,9 +1,8 @@
 //! Randomized stress: many executions on several executor threads rendezvous in pairs across
 //! executions (like the dating service's T7), for every negotiator. After each run the
 //! invariants must hold: pairing is symmetric, nobody is paired twice, no update was lost,
-//! every lock was released. Paired executions also poke each other (a transition that writes
-//! both sessions of a pair, decided from the state alone): run in place, under the sessions'
-//! own locks, it races the pokes of the other side and transitions holding logical locks.
+//! every lock was released. Paired executions also poke each other: a `same` transition,
+//! decided from the state alone, that writes both sessions of the pair from either side.
 
 use bytes::Bytes;
 use rand::{Rng, SeedableRng};
@@ -224,6 +223,8 @@ fn run(negotiator: Negotiator, executors: usize, executions: usize, rounds: usiz
     run_with(negotiator, executors, executions, rounds, seed, false);
 }
 
+/// Each round sends every execution a MESSAGE (pairing it, or not) and an INFO (a `Poke` once
+/// it is paired, else absorbed).
 fn run_with(
     negotiator: Negotiator,
     executors: usize,
@@ -232,26 +233,11 @@ fn run_with(
     seed: u64,
     poke: bool,
 ) -> Arc<MachineService<Pairing>> {
-    run_mode(negotiator, executors, executions, rounds, seed, poke, true)
-}
-
-/// `verify`: every direct prediction kept (single-assign: every message here, the MESSAGEs'
-/// `let`s and peer sessions included) is checked against the general evaluator under the
-/// locks, and nothing runs in place. Without it, each round also sends every execution an
-/// INFO (a `Poke` once paired), and the single-assignment negotiator runs what the table
-/// decides in place.
-fn run_mode(
-    negotiator: Negotiator,
-    executors: usize,
-    executions: usize,
-    rounds: usize,
-    seed: u64,
-    poke: bool,
-    verify: bool,
-) -> Arc<MachineService<Pairing>> {
     let started = Instant::now();
     let sim = start(executors, negotiator, seed, poke);
-    sim.service.set_verify_direct(verify);
+    // Every direct prediction kept (single-assign: every message here, the MESSAGEs' `let`s
+    // and peer sessions included) is checked against the general evaluator under the locks.
+    sim.service.set_verify_direct(true);
     for i in 0..executions {
         sim.send(&format!("call-{i}"), invite(i));
     }
@@ -275,10 +261,8 @@ fn run_mode(
             };
             seq[i] += 1;
             sim.send(&format!("call-{i}"), message(i, &sessions[i].1, seq[i], &body));
-            if !verify {
-                seq[i] += 1;
-                sim.send(&format!("call-{i}"), info(i, &sessions[i].1, seq[i]));
-            }
+            seq[i] += 1;
+            sim.send(&format!("call-{i}"), info(i, &sessions[i].1, seq[i]));
         }
     }
     // Let every executor drain: messages and posts settle when nothing is parked.
@@ -288,8 +272,7 @@ fn run_mode(
         let total: u64 = ["Pair", "Busy", "Late"].iter().map(|n| sim.service.transition_count(n) + sim.service.failures(n)).sum();
         // An INFO before its execution is paired is absorbed.
         let infos = sim.service.transition_count("Poke") + sim.service.failures("Poke") + sim.service.absorbed();
-        let expected_infos = if verify { 0 } else { executions * rounds };
-        if total as usize == executions * rounds && infos as usize == expected_infos && sim.service.held_locks() == 0 {
+        if total as usize == executions * rounds && infos as usize == executions * rounds && sim.service.held_locks() == 0 {
             break;
         }
         assert!(Instant::now() < settle, "messages not all handled: {total} of {}", executions * rounds);
@@ -298,11 +281,9 @@ fn run_mode(
     let (store, service) = sim.stop();
     check_invariants(&store, &sessions, &service);
     assert_eq!(service.direct_mismatches(), 0, "a direct prediction differs from the general evaluator");
-    if !verify {
-        check_pokes(&store, &sessions, &service);
-    }
-    if negotiator == Negotiator::SingleAssign && verify {
-        let messages = (executions * (rounds + 1)) as u64;
+    check_pokes(&store, &sessions, &service);
+    if negotiator == Negotiator::SingleAssign {
+        let messages = (executions * (2 * rounds + 1)) as u64;
         assert!(
             service.direct_predictions() >= messages,
             "not every message was predicted directly: {} of {messages}",
@@ -310,23 +291,25 @@ fn run_mode(
         );
         // Every message may take the fast path, verified like the direct path: the INVITEs,
         // the MESSAGEs of a paired execution, and those that read the session their payload
-        // names (Pair, Busy). It falls back on a busy lock or a session changed meanwhile.
+        // names (Pair, Busy), the INFOs (a poke's commit sets again the memo its arm's writes
+        // made stale). It falls back on a busy lock or a session changed meanwhile: often with
+        // a few executions and many rounds, whose pokes race on the same pairs.
+        let percent = if executions < 20 { 50 } else { 90 };
         assert!(
-            service.fast_selections() * 10 >= messages * 9,
+            service.fast_selections() * 100 >= messages * percent,
             "too few messages took the fast path: {} of {messages}",
             service.fast_selections()
         );
     }
     eprintln!(
         "{negotiator:?}: {executors} executors, {executions} executions, {} messages in {elapsed:?}: pairs {}, back-offs {}, \
-         predictions evaluated again {}, fast selections {}, pokes {} ({} in place)",
-        executions * (rounds + 1) + if verify { 0 } else { executions * rounds },
+         predictions evaluated again {}, fast selections {}, pokes {}",
+        executions * (2 * rounds + 1),
         service.transition_count("Pair"),
         service.backoffs(),
         service.reevaluations(),
         service.fast_selections(),
-        service.transition_count("Poke"),
-        service.in_place_runs()
+        service.transition_count("Poke")
     );
     for (id, _) in &sessions {
         let poked = store.session(*id).and_then(|c| c.lock().attributes.get_bool("poked"));
@@ -436,28 +419,6 @@ fn single_assign_negotiator_under_contention() {
         reevaluated += run_with(Negotiator::SingleAssign, 3, 8, 60, seed, false).reevaluations();
     }
     eprintln!("predictions evaluated again: {reevaluated}");
-}
-
-/// Table-decided transitions run in place (the cells locked, no logical lock) alongside
-/// transitions that hold logical locks, on the same sessions from several executors: few
-/// executions, many rounds. No update may be lost, nothing may deadlock, and both paths must
-/// have run.
-#[test]
-fn single_assign_in_place_under_contention() {
-    let (mut in_place, mut pokes) = (0, 0);
-    for seed in 0..5 {
-        let service = run_mode(Negotiator::SingleAssign, 3, 8, 60, seed, false, false);
-        in_place += service.in_place_runs();
-        pokes += service.transition_count("Poke");
-    }
-    assert!(in_place > 0, "nothing ran in place");
-    assert!(pokes > 0, "no execution was poked");
-    // And with many executions, most pokes run in place.
-    let service = run_mode(Negotiator::SingleAssign, 3, 200, 5, 7, false, false);
-    assert!(service.in_place_runs() * 2 >= service.transition_count("Poke"), "few transitions ran in place");
-    for negotiator in [Negotiator::Ordered, Negotiator::Global] {
-        run_mode(negotiator, 3, 8, 30, 3, false, false);
-    }
 }
 
 /// A handler without an arm for one of the contract's transitions is refused when the service

@@ -49,24 +49,14 @@ pub struct Config {
     pub companions: Vec<CompanionSection>,
 }
 
-/// `[engine]`: how the contract engine runs transitions, and checks of it for tests.
-#[derive(Debug, Clone, Deserialize)]
+/// `[engine]`: checks of the contract engine, for tests.
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EngineSection {
     /// Check every direct prediction the engine keeps against its general evaluator, under the
     /// locks (`tandem_direct_mismatches_total` counts differences). Each such message is then
-    /// evaluated twice, and no transition runs in place.
+    /// evaluated twice.
     pub verify_direct: bool,
-    /// Run the transitions the fast path decides from a session's state in place, under their
-    /// sessions' own locks, without logical locks (`tandem_in_place_transitions_total`). On by
-    /// default; off, for comparison, every transition takes logical locks.
-    pub in_place: bool,
-}
-
-impl Default for EngineSection {
-    fn default() -> Self {
-        EngineSection { verify_direct: false, in_place: true }
-    }
 }
 
 /// `[[companion]]`: another container in the same process, sharing every other section.

@@ -290,10 +290,8 @@ async fn build_services(config: &config::Config, routes: &[RouteRule]) -> Result
     }
     let pairing = tandem_services::pairing_service(config.negotiator_for("pairing"))?;
     pairing.set_verify_direct(config.engine.verify_direct);
-    pairing.set_in_place(config.engine.in_place);
     let dating = tandem_services::dating_service(&config.dating, config.negotiator_for("dating"))?;
     dating.set_verify_direct(config.engine.verify_direct);
-    dating.set_in_place(config.engine.in_place);
     let mut services: Vec<(String, Arc<dyn Service>)> = vec![
         ("uas".to_string(), Arc::new(Uas::new(&config.uas))),
         ("proxy".to_string(), Arc::new(proxy)),
