@@ -104,8 +104,10 @@ impl State {
         }
     }
 
+    /// Reuses the text's buffer (`set_str`, as the engine's commit writes a state): no
+    /// allocation per state change.
     fn set(self, s: &mut SipSession) {
-        s.attributes.set(STATE, AttrValue::Str(self.name().to_string()));
+        s.attributes.set_str(STATE, self.name());
     }
 }
 
