@@ -1454,11 +1454,15 @@ fn set_state_on(compiled: &Compiled, s: &mut SipSession, state: &str, index: Opt
     s.attributes.set_str(STATE, state);
     // The next message's prediction then reads the role and state as indices (`direct_peek`),
     // until an attribute of the session changes.
-    let role =
-        memo_role.or_else(|| s.attributes.get_str(ROLE).and_then(|r| compiled.role_index(r)).filter(|r| compiled.role_at(*r).holds_state));
+    let role = memo_role.or_else(|| holding_role(compiled, s));
     if let Some(memo) = role.and_then(|r| state_memo(r, index)) {
         s.attributes.set_memo(memo);
     }
+}
+
+/// The index of `s`'s role, read by name, if that role holds its execution's state.
+fn holding_role(compiled: &Compiled, s: &SipSession) -> Option<usize> {
+    s.attributes.get_str(ROLE).and_then(|r| compiled.role_index(r)).filter(|r| compiled.role_at(*r).holds_state)
 }
 
 /// A state holder's memo again after an arm changed its attributes without changing its state
@@ -1468,9 +1472,7 @@ fn refresh_memo(compiled: &Compiled, s: &mut SipSession) {
     if s.is_removed() || s.attributes.memo().is_some() {
         return;
     }
-    let Some(role) = s.attributes.get_str(ROLE).and_then(|r| compiled.role_index(r)).filter(|r| compiled.role_at(*r).holds_state) else {
-        return;
-    };
+    let Some(role) = holding_role(compiled, s) else { return };
     let Some(place) = s.attributes.get_str(STATE).map(|state| compiled.place_of(state)) else { return };
     if let Some(memo) = state_memo(role, place) {
         s.attributes.set_memo(memo);
