@@ -1274,7 +1274,7 @@ impl<H: Handler> MachineService<H> {
     /// created go. Out of line: the logging is most of `run_with`'s code otherwise.
     #[cold]
     #[inline(never)]
-    fn failed(&self, ctx: &mut Context<'_>, transition: usize, e: HandlerError, created_apps: Vec<AppSessionId>) {
+    fn failed(&self, ctx: &mut Context<'_>, transition: usize, e: HandlerError, created_apps: crate::transition::Created<AppSessionId>) {
         let t = self.compiled.transition(transition);
         tracing::warn!(service = %self.name, transition = %t.name.name, error = %e, "transition failed; nothing sent");
         self.stats.transitions[transition].failures.fetch_add(1, Relaxed);
@@ -2065,8 +2065,13 @@ fn apply(ctx: &mut Context<'_>, event: &Event<'_>, actions: &mut Actions, cells:
             Action::Respond { status, headers, body } => {
                 if let Trigger::Request { msg, tx, flow, kind } = &event.trigger {
                     let req = Request::new(msg, *tx, *flow, *kind, event.session, event.app);
-                    let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
-                    ctx.respond_with(&req, status, &headers, body.as_ref().map(crate::transition::Body::parts));
+                    let body = body.as_ref().map(crate::transition::Body::parts);
+                    if headers.is_empty() {
+                        ctx.respond_with(&req, status, &[], body);
+                    } else {
+                        let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+                        ctx.respond_with(&req, status, &headers, body);
+                    }
                 }
             }
             Action::OnSession { session, op } => {
