@@ -1309,7 +1309,13 @@ impl<H: Handler> MachineService<H> {
         // The state holders whose state this commit writes (and with it their memo).
         let mut stated: [Option<SessionId>; 4] = [None; 4];
         if let (Some(holder), false) = (holder, stays) {
-            set_state(ctx, &self.compiled, cells, holder, &t.to.name, program.to_state);
+            // A final state on the message's own session is not written: `finish_executions`
+            // ends that execution next, still under this negotiation's locks, and its sessions
+            // leave the store. Whoever reads the old state meanwhile (without the lock) acts
+            // on it only once it holds the lock, and then finds the session gone.
+            if !(program.to_final && Some(holder) == sips) {
+                set_state(ctx, &self.compiled, cells, holder, &t.to.name, program.to_state);
+            }
             stated[0] = Some(holder);
         }
         for (i, (mv, index)) in t.moves.iter().zip(&program.move_states).enumerate() {
