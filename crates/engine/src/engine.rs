@@ -1306,7 +1306,7 @@ impl<H: Handler> MachineService<H> {
             (Some(s), Some(h)) if s == h || self.compiled.fixed_holders => Some(h),
             _ => sips.and_then(|s| self.holder(ctx, s, cells)),
         };
-        // The state holders whose state this commit writes (and with it their memo).
+        // The state holders whose state this commit writes (and with it their memo), or ends.
         let mut stated: [Option<SessionId>; 4] = [None; 4];
         if let (Some(holder), false) = (holder, stays) {
             // A final state on the message's own session is not written: `finish_executions`
@@ -2071,13 +2071,8 @@ fn apply(ctx: &mut Context<'_>, event: &Event<'_>, actions: &mut Actions, cells:
             Action::Respond { status, headers, body } => {
                 if let Trigger::Request { msg, tx, flow, kind } = &event.trigger {
                     let req = Request::new(msg, *tx, *flow, *kind, event.session, event.app);
-                    let body = body.as_ref().map(crate::transition::Body::parts);
-                    if headers.is_empty() {
-                        ctx.respond_with(&req, status, &[], body);
-                    } else {
-                        let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
-                        ctx.respond_with(&req, status, &headers, body);
-                    }
+                    let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+                    ctx.respond_with(&req, status, &headers, body.as_ref().map(crate::transition::Body::parts));
                 }
             }
             Action::OnSession { session, op } => {

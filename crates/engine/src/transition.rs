@@ -80,11 +80,12 @@ pub(crate) enum Action {
 }
 
 /// What an arm sends, inline up to the most a dating arm sends (T7: an answer, two re-INVITEs,
-/// two BYEs): a `Vec`, or an inline vector that spills, allocated, moved and freed on the
-/// per-message path (the spill was ~75 instructions per message, decision 0004).
+/// two BYEs): a buffer that spills to the heap is allocated, moved and freed on the
+/// per-message path (~75 instructions per message for T7's, decision 0004).
 pub(crate) type Actions = smallvec::SmallVec<[Action; 5]>;
 
-/// The sessions an arm creates (the dating T1: a caller's and its media leg's), inline.
+/// The sessions an arm creates, and what goes with them (the dating T1: a caller's and its
+/// media leg's), inline.
 pub(crate) type Created<T> = smallvec::SmallVec<[T; 2]>;
 
 pub(crate) struct Done {
@@ -95,7 +96,7 @@ pub(crate) struct Done {
     pub created_sips: Option<SessionId>,
     pub created_apps: Created<AppSessionId>,
     /// The cells of the sessions the arm created: the commit reaches them without a look-up.
-    pub created_cells: smallvec::SmallVec<[(SessionId, SessionCell); 2]>,
+    pub created_cells: Created<(SessionId, SessionCell)>,
 }
 
 pub struct Transition<'c, 'a> {
@@ -109,7 +110,7 @@ pub struct Transition<'c, 'a> {
     created: Created<SessionId>,
     /// The cells of the sessions in `created` (found once, when created), so that the arm's
     /// later accesses to them need no store look-up.
-    created_cells: smallvec::SmallVec<[(SessionId, SessionCell); 2]>,
+    created_cells: Created<(SessionId, SessionCell)>,
     created_sips: Option<SessionId>,
     created_apps: Created<AppSessionId>,
     /// What the arm sends, in a buffer of the caller's (no move of the inline vector when the
@@ -153,7 +154,7 @@ impl<'c, 'a> Transition<'c, 'a> {
             allowed,
             reads,
             created: Created::new(),
-            created_cells: smallvec::SmallVec::new(),
+            created_cells: Created::new(),
             created_sips: None,
             created_apps: Created::new(),
             actions,
@@ -308,8 +309,7 @@ impl<'c, 'a> Transition<'c, 'a> {
     }
 
     pub fn respond_with(&mut self, status: u16, headers: &[(&str, &str)], body: Option<Body>) {
-        // No headers (most answers): no collecting.
-        let headers = if headers.is_empty() { Vec::new() } else { headers.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect() };
+        let headers = headers.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
         self.actions.push(Action::Respond { status, headers, body });
     }
 
