@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Every side-by-side dating comparison kept under bench/results, as one markdown table with
 the medians of its ratios: one run's overload tail moves as much as the versions differ, so
-the spread over runs says more than the latest.
+the spread over runs says more than the latest. Then the A/A checks (`run.py --aa`: one version
+on both sides), whose ratios are what the rig alone contributes: the comparisons are read
+against them.
 
     python3 bench/dating/history.py [RESULTS_DIR]
 """
@@ -17,7 +19,12 @@ RATIOS = ["throughput_ratio_expected", "throughput_ratio_overload", "p99_ratio_e
           "p99_capture_ratio_expected", "p99_capture_ratio_overload"]
 
 
-def runs(results):
+def is_aa(d):
+    """An A/A check (`run.py --aa`): its runs are the same service's sides A and B."""
+    return any(k.endswith("/A") for k in d.get("runs") or {})
+
+
+def runs(results, want_aa=False):
     found = []
     for path in sorted(glob.glob(os.path.join(results, "dating*.json"))):
         try:
@@ -26,7 +33,8 @@ def runs(results):
         except (OSError, ValueError) as e:
             print("skipped %s: %s" % (path, e), file=sys.stderr)
             continue
-        if not d.get("side_by_side") or d.get("mode") != "full":
+        aa = is_aa(d)
+        if aa != want_aa or (not aa and (not d.get("side_by_side") or d.get("mode") != "full")):
             continue
         m = d.get("machine") or {}
         cpu = m.get("cpu_model") or ""
@@ -35,11 +43,14 @@ def runs(results):
             host += ", CPU " + ",".join(map(str, d["dating_cpus"]))
         if d.get("side_by_side_first") == "dating_manual":  # `--swap-sides`
             host += ", swapped"
+        if aa:
+            host += ", A/A " + d.get("service", "?")
         if d.get("binary"):  # not target/release/tandem (`--binary`, e.g. the PGO build)
             host += ", " + d["binary"]
         found.append({"file": os.path.basename(path), "generated": d.get("generated", ""),
                       "git": m.get("git", ""), "host": host,
-                      "capacity": d.get("capacity_executions"), "invariants": d.get("invariants_ok"),
+                      "capacity": d.get("capacity_executions") or (d.get("loads") or {}).get("overload"),
+                      "invariants": d.get("invariants_ok") if not aa else aa_invariants(d),
                       **{k: d.get(k) for k in RATIOS}})
     # `dating.json` is the latest run, usually also kept under an archive name: one run once
     # (the archive's name kept, it says more).
@@ -50,13 +61,26 @@ def runs(results):
     return sorted(seen.values(), key=lambda r: r["generated"])
 
 
+def aa_invariants(d):
+    return all((r.get("invariants") or {}).get("ok", True) for r in (d.get("runs") or {}).values() if r)
+
+
 def fmt(v, digits=3):
     return "–" if v is None else ("%.*f" % (digits, v))
 
 
 def main():
     results = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "results")
-    rows = runs(results)
+    table(runs(results))
+    aa = runs(results, want_aa=True)
+    if aa:
+        print()
+        print("A/A checks (the same version on both sides, A in the driver's main thread):")
+        print()
+        table(aa)
+
+
+def table(rows):
     print("| generated (UTC) | tandem | host | capacity | throughput exp / over | p99 exp / over "
           "| p99 from a capture exp / over | CPU/msg exp / over | invariants | file |")
     print("|---|---|---|---|---|---|---|---|---|---|")

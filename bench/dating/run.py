@@ -991,12 +991,16 @@ def aa_check(args):
             log(summary_line(r))
             out["runs"]["%s/%s" % (lvl, side)] = compact(r)
         pa, pb = setup_stats_of(a).get("p99"), setup_stats_of(b).get("p99")
+        # with --capture: the same p99 from the caller leg's packets (µs, not SIPp's ~4-ms steps)
+        ca, cb = ((r.get("setup_delay_capture_hold") or {}).get("p99") for r in (a, b))
         out["throughput_ratio_" + lvl] = ratio(a["throughput_mps_hold"], b["throughput_mps_hold"])
         out["p99_ratio_" + lvl] = ratio(pa, pb)
+        out["p99_capture_ratio_" + lvl] = ratio(ca, cb)
         out["cpu_per_message_ratio_" + lvl] = ratio(a.get("cpu_us_per_message"), b.get("cpu_us_per_message"))
-        rows.append("| %s | %s | %s | %s / %s | %s | %s / %s | %s |" % (
+        rows.append("| %s | %s | %s | %s / %s | %s | %s / %s | %s | %s / %s | %s |" % (
             lvl, fmt(out["throughput_ratio_" + lvl], 3), fmt(out["p99_ratio_" + lvl], 3),
-            fmt(pa), fmt(pb), fmt(out["cpu_per_message_ratio_" + lvl], 3),
+            fmt(pa), fmt(pb), fmt(out["p99_capture_ratio_" + lvl], 3), fmt(ca, 2), fmt(cb, 2),
+            fmt(out["cpu_per_message_ratio_" + lvl], 3),
             fmt(a.get("dating_throttled_s"), 0), fmt(b.get("dating_throttled_s"), 0),
             "OK" if a["invariants"]["ok"] and b["invariants"]["ok"] else "FAILED"))
     with open(os.path.join(RESULTS, "dating-aa.json"), "w") as f:
@@ -1005,15 +1009,16 @@ def aa_check(args):
     with open(os.path.join(RESULTS, "dating-aa.md"), "w") as f:
         f.write("# Dating benchmark rig, A/A check: `%s` against itself, side by side\n\n"
                 "Generated %s by `bench/dating/run.py --aa %s --capacity-executions %d "
-                "--dating-cpu %s%s` (%d s per run); tandem git %s, %s × %s, kernel %s.\n\n"
+                "--dating-cpu %s%s%s` (%d s per run); tandem git %s, %s × %s, kernel %s.\n\n"
                 "Both sides run the same version at the same time, as `--compare "
                 "--side-by-side` runs the two versions: a ratio away from 1 here is the rig's "
                 "own asymmetry or noise.\n\n"
-                "| load | throughput ratio A/B | p99 ratio A/B | p99 A / B (ms) | CPU per "
-                "message ratio | throttled A / B (s) | invariants |\n|---|---|---|---|---|---|---|\n"
+                "| load | throughput ratio A/B | p99 ratio A/B | p99 A / B (ms) | p99 ratio A/B "
+                "from a capture | p99 A / B from a capture (ms) | CPU per message ratio | "
+                "throttled A / B (s) | invariants |\n|---|---|---|---|---|---|---|---|---|\n"
                 % (svc, out["generated"], svc, cap, args.dating_cpu,
                    " --dating-cpus " + ",".join(map(str, args.dating_cpus)) if args.dating_cpus else "",
-                   args.duration, m.get("git"),
+                   " --capture" if args.capture else "", args.duration, m.get("git"),
                    m.get("nproc"), m.get("cpu_model"), m.get("kernel")))
         f.write("\n".join(rows) + "\n")
     log("wrote bench/results/dating-aa.md, dating-aa.json")
