@@ -9,6 +9,8 @@
 # N = 300; the slope between the two runs (instructions / messages) removes start-up costs.
 # KEEP=1 keeps the callgrind outputs (cg-SERVICE-N.out) for callgrind_annotate.
 # SETS="K=V ..." passes each K=V to the measured tandem as --set (e.g. SETS=negotiator.dating=global).
+# The benchmark's pinned tandems run one executor (container.executors=0 on one CPU):
+# SETS=container.executors=1 counts that configuration (decision 0004, "One executor").
 # CACHE=1 adds valgrind's cache and branch simulation and prints every event's slope per message
 # (Ir, data reads/writes, I1/D1/LL misses, conditional/indirect branches and mispredictions):
 # what one instruction costs depends on how much code and data a message touches.
