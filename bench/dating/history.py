@@ -9,6 +9,7 @@ against them.
 """
 import glob
 import json
+import math
 import os
 import statistics
 import sys
@@ -97,8 +98,52 @@ def table(rows):
     for k in RATIOS:
         vals = [r[k] for r in rows if r[k] is not None]
         if vals:
-            print("- %s: median %s, min %s, max %s over %d runs" % (
-                k, fmt(statistics.median(vals)), fmt(min(vals)), fmt(max(vals)), len(vals)))
+            print("- %s: median %s%s, min %s, max %s over %d runs%s" % (
+                k, fmt(statistics.median(vals)), ci_text(vals), fmt(min(vals)), fmt(max(vals)),
+                len(vals), sign_text(k, vals)))
+
+
+def binom_tail(n, k):
+    """P(X >= k) for X ~ Binomial(n, 1/2)."""
+    return sum(math.comb(n, i) for i in range(k, n + 1)) / 2 ** n
+
+
+def median_ci(vals, conf=0.95):
+    """A distribution-free confidence interval for the median (order statistics: the number
+    of runs below the median is Binomial(n, 1/2)), or None when there are too few runs for one
+    at `conf` (fewer than 6 at 95 %). Assumes only that the runs are independent draws of one
+    distribution, which runs on several hosts and commits are only roughly."""
+    xs = sorted(vals)
+    n = len(xs)
+    # the largest k with P(X < k) <= (1 - conf) / 2: [x_(k), x_(n-k+1)], 1-based
+    k = 0
+    while k + 1 <= n // 2 and 1 - binom_tail(n, k + 1) <= (1 - conf) / 2:
+        k += 1
+    if k == 0:
+        return None
+    return xs[k - 1], xs[n - k]
+
+
+def ci_text(vals):
+    ci = median_ci(vals)
+    return "" if ci is None else " (95 %% CI %s-%s)" % (fmt(ci[0]), fmt(ci[1]))
+
+
+# What each ratio is tested against: the issue's goal (throughput >= 1.00, p99 <= 1.05; CPU per
+# message has no goal, 1.00 is parity).
+GOALS = {"throughput": (1.00, "below"), "p99": (1.05, "above"), "cpu": (1.00, "above")}
+
+
+def sign_text(k, vals):
+    """How many runs miss the goal's bound, and the sign test's one-sided p-value: the chance of
+    that many or more if the median met the bound (runs equal to it left out)."""
+    bound, side = GOALS[k.split("_")[0]]
+    miss = sum(1 for v in vals if (v > bound if side == "above" else v < bound))
+    n = sum(1 for v in vals if v != bound)
+    if not n:
+        return ""
+    return "; %d of %d runs %s %.2f (sign test: p = %.2g were the median at or %s it)" % (
+        miss, n, side, bound, binom_tail(n, miss), "above" if side == "below" else "below")
 
 
 if __name__ == "__main__":
