@@ -116,8 +116,9 @@ def median_ci(vals, conf=0.95):
     xs = sorted(vals)
     n = len(xs)
     # the largest k with P(X < k) <= (1 - conf) / 2: [x_(k), x_(n-k+1)], 1-based
+    # (P(X < k) = P(X >= n - k + 1) by symmetry: exact, no 1 - p)
     k = 0
-    while k + 1 <= n // 2 and 1 - binom_tail(n, k + 1) <= (1 - conf) / 2:
+    while k + 1 <= n // 2 and binom_tail(n, n - k) <= (1 - conf) / 2:
         k += 1
     if k == 0:
         return None
