@@ -80,7 +80,7 @@ def transitions(samples):
     return out
 
 
-def run(env):
+def run(env, dating_sets=()):
     common.require_sipp()
     for _, scenario, _ in PROFILES:
         path = os.path.join(SCENARIOS, scenario)
@@ -92,10 +92,12 @@ def run(env):
         # Every direct prediction is checked against the general evaluator (see
         # docs/decisions/0004-contract-engine.md, "Direct transitions").
         dating = common.Tandem(env, name="tandem-dating", service="dating",
-                               sets=["dating.media=%s:%d" % (mip, mport), "engine.verify_direct=true"])
+                               sets=["dating.media=%s:%d" % (mip, mport), "engine.verify_direct=true"] + list(dating_sets))
         try:
             start_or_skip(dating, "dating")
             run_profiles(env, media, dating)
+            if dating_sets:
+                check_one_executor(env, dating)
             dating.stop()
         finally:
             dating.kill()
@@ -153,6 +155,23 @@ def run_profiles(env, media, dating):
     check(taken.get("T3", 0) > 0,
           "dating: no T3 taken: no CANCEL reached the dating service before the media "
           "service answered (media.answer_delay=100ms should allow it); transitions %s" % taken)
+
+
+def run_one_executor(env):
+    """The same profiles with the dating tandem on one executor, the benchmark's configuration:
+    the fast path then runs its transitions without the lock table (decision 0004, "One
+    executor without the lock table"), still checked against the general evaluator."""
+    run(env, dating_sets=["container.executors=1"])
+
+
+def check_one_executor(env, dating):
+    samples = metrics(dating)
+    unlocked = common.metric_sum(samples, "tandem_unlocked_transitions_total", service="dating")
+    fast = common.metric_sum(samples, "tandem_fast_selections_total", service="dating")
+    env.log("dating (one executor): %s fast selections, %s transitions without the lock table" % (fast, unlocked))
+    check(unlocked and unlocked > 0,
+          "dating on one executor: no transition ran without the lock table "
+          "(tandem_unlocked_transitions_total %s)" % unlocked)
 
 
 class Companion:
@@ -217,7 +236,7 @@ def run_in_process(env):
         dating.kill()
 
 
-CASES = [(None, run), ("inprocess", run_in_process)]
+CASES = [(None, run), ("inprocess", run_in_process), ("one_executor", run_one_executor)]
 
 
 if __name__ == "__main__":

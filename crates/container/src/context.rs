@@ -40,6 +40,13 @@ impl<'a> Context<'a> {
         self.st.executor
     }
 
+    /// How many executors the container runs. With one, every service call of the container
+    /// runs on one thread, one at a time and to completion (a context borrows its executor's
+    /// state mutably, so no call can start inside another).
+    pub fn executors(&self) -> u16 {
+        self.st.executors
+    }
+
     /// Wall-clock time of the event being handled (for records such as billing), derived
     /// from [`Self::now`], never read from the system by the handler.
     pub fn wall_time(&self) -> std::time::SystemTime {

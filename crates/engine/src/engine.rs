@@ -124,6 +124,9 @@ pub(crate) struct Negotiation<'m> {
     /// Whether this negotiation's session has an entry in `in_progress` that it must pass on
     /// (or remove) when it ends: made when a negotiation of the session had to wait.
     owns_queue: bool,
+    /// Whether `held` was granted without the lock table: the fast path on a container with one
+    /// executor (see [`MachineService::run_fast`]); nothing to release then.
+    unlocked: bool,
 }
 
 impl Negotiation<'_> {
@@ -139,6 +142,7 @@ impl Negotiation<'_> {
             backoffs: self.backoffs,
             prediction: self.prediction,
             owns_queue: self.owns_queue,
+            unlocked: self.unlocked,
         }
     }
 }
@@ -436,6 +440,11 @@ impl<H: Handler> MachineService<H> {
         self.stats.fast.load(Relaxed)
     }
 
+    /// Fast-path transitions run without the lock table (a container with one executor).
+    pub fn unlocked_runs(&self) -> u64 {
+        self.stats.unlocked.load(Relaxed)
+    }
+
     /// Direct predictions whose outcome the general evaluator did not reach (with
     /// [`Self::set_verify_direct`]); always 0 unless the direct path is wrong.
     pub fn direct_mismatches(&self) -> u64 {
@@ -504,6 +513,7 @@ impl<H: Handler> MachineService<H> {
             backoffs: 0,
             prediction: None,
             owns_queue,
+            unlocked: false,
         };
         if self.negotiator == Negotiator::SingleAssign {
             let mut reads = Reads::default();
@@ -799,18 +809,31 @@ impl<H: Handler> MachineService<H> {
             self.absorb(ctx, neg);
             return true;
         }
-        let mut taken = 0;
-        for &k in neg.held.iter() {
-            if !self.locks.try_take(k, neg.ticket) {
-                break;
+        if ctx.executors() == 1 {
+            // One executor runs every call of this service, one at a time and to completion
+            // (a context borrows the executor mutably: no call starts inside another). So no
+            // negotiation ever holds a lock between two calls (none can wait: a lock is only
+            // ever taken by the call that runs), the locks are free, and nothing read since
+            // `fast_select` can have changed: exclusion holds without the table and its check,
+            // which the hand-written version does not have to pay either (its locks are the
+            // sessions' own mutexes, which the arm takes here too).
+            neg.unlocked = true;
+            // The one thread that takes this branch is its only writer: no atomic add needed.
+            self.stats.unlocked.store(self.stats.unlocked.load(Relaxed) + 1, Relaxed);
+        } else {
+            let mut taken = 0;
+            for &k in neg.held.iter() {
+                if !self.locks.try_take(k, neg.ticket) {
+                    break;
+                }
+                taken += 1;
             }
-            taken += 1;
-        }
-        if taken != neg.held.len() || !reads.unchanged(ctx) {
-            for &k in neg.held.iter().take(taken) {
-                self.release_key(ctx, k, neg.ticket);
+            if taken != neg.held.len() || !reads.unchanged(ctx) {
+                for &k in neg.held.iter().take(taken) {
+                    self.release_key(ctx, k, neg.ticket);
+                }
+                return false;
             }
-            return false;
         }
         if neg.event.app.is_none() && matches!(neg.event.trigger, Trigger::Request { .. }) {
             neg.event.app = fast.app;
@@ -1040,8 +1063,10 @@ impl<H: Handler> MachineService<H> {
     }
 
     fn release_all(&self, ctx: &mut Context<'_>, neg: &Negotiation<'_>) {
-        for &k in &neg.held {
-            self.release_key(ctx, k, neg.ticket);
+        if !neg.unlocked {
+            for &k in &neg.held {
+                self.release_key(ctx, k, neg.ticket);
+            }
         }
         if let (true, Some(session)) = (neg.owns_queue, neg.event.session) {
             self.next_event(ctx, session);

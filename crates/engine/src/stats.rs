@@ -34,6 +34,9 @@ pub struct ServiceStats {
     /// Messages the fast path decided (`MachineService::fast_select`: a transition selected,
     /// or the message absorbed): direct predictions too, counted apart.
     pub fast: AtomicU64,
+    /// Fast-path transitions run without the lock table: the container runs one executor, so
+    /// no other transition can hold their sessions (`MachineService::run_fast`).
+    pub unlocked: AtomicU64,
 }
 
 impl ServiceStats {
@@ -88,6 +91,11 @@ impl ServiceStats {
                 "tandem_fast_selections_total",
                 "Messages the fast path decided (role and state as indices, simple guards): a transition selected, or absorbed",
                 self.fast.load(Relaxed),
+            ),
+            (
+                "tandem_unlocked_transitions_total",
+                "Fast-path transitions run without the lock table (one executor: no other transition can hold their sessions)",
+                self.unlocked.load(Relaxed),
             ),
             (
                 "tandem_direct_mismatches_total",

@@ -390,7 +390,22 @@ fn ordered_negotiator_rendezvous() {
 #[test]
 fn single_assign_negotiator_rendezvous() {
     for seed in 0..3 {
-        run(Negotiator::SingleAssign, 3, 200, 5, seed);
+        let service = run_with(Negotiator::SingleAssign, 3, 200, 5, seed, false);
+        assert_eq!(service.unlocked_runs(), 0, "with three executors every transition takes its locks");
+    }
+}
+
+/// One executor: the fast path runs its transitions without the lock table (no other call of
+/// the service can be in progress); the same invariants, and every fast decision is still
+/// checked against the general evaluator.
+#[test]
+fn single_assign_negotiator_on_one_executor() {
+    for seed in 0..3 {
+        let service = run_with(Negotiator::SingleAssign, 1, 200, 5, seed, false);
+        // The INVITEs, Pair/Busy and the pokes of paired executions; the INFOs of the others
+        // are absorbed.
+        assert!(service.unlocked_runs() >= 200, "the fast path took the lock table: {} unlocked runs", service.unlocked_runs());
+        assert_eq!(service.held_locks(), 0);
     }
 }
 
