@@ -16,7 +16,9 @@ Pass: every SIPp run exits 0 with all calls successful and 0 failed; within a fe
 last call both servers have tandem_app_sessions 0 and tandem_sip_sessions 0 (every execution
 ended, including the media legs); the dating service took T7 once per pair of complete callers
 and T3 at least once, and counted no ambiguous message (tandem_ambiguous_messages_total 0);
-both tandems exit 0 on SIGTERM.
+both tandems exit 0 on SIGTERM. Cases: two tandems over UDP; the media service as an in-process
+companion container (`inprocess`); and the dating tandem on one executor (`one_executor`), where
+the fast path runs without the lock table (tandem_unlocked_transitions_total above 0).
 
 Skipped while the binary has no `dating` or `media` service (the error then reads
 `route names unknown service "dating"`, or `unknown field \`media\`` for the --set).
