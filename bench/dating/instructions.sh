@@ -7,7 +7,9 @@
 # Each service runs under valgrind --tool=callgrind (2 executors) behind a media tandem, and
 # SIPp plays Complete, Early Bye and Complete calls at 20 calls/s, N calls each, for N = 100 and
 # N = 300; the slope between the two runs (instructions / messages) removes start-up costs.
-# KEEP=1 keeps the callgrind outputs (cg-SERVICE-N.out) for callgrind_annotate.
+# KEEP=1 keeps the callgrind outputs (cg-SERVICE-N.out, with the messages each run counted in
+# messages-SERVICE-N) for callgrind_annotate and bench/dating/by_function.py (cost per message
+# by function and by whose code it is).
 # SETS="K=V ..." passes each K=V to the measured tandem as --set (e.g. SETS=negotiator.dating=global).
 # The benchmark's pinned tandems run one executor (container.executors=0 on one CPU):
 # SETS=container.executors=1 counts that configuration (decision 0004, "One executor").
@@ -34,6 +36,7 @@ measure() {
     local svc=$1 calls=$2 msgs
     local run_under=(valgrind --tool=callgrind ${tool_args[@]+"${tool_args[@]}"} --callgrind-out-file="$work/cg-$svc-$calls.out")
     msgs=$(dating_workload "$BIN" "$svc" "$calls" 20 "$work" ${extra_sets[@]+"${extra_sets[@]}"})
+    echo "$msgs" >"$work/messages-$svc-$calls"
     # The events line names the columns of the totals line (Ir alone without CACHE=1).
     echo "$msgs $(callgrind_annotate "$work/cg-$svc-$calls.out" 2>/dev/null | awk '
         /^Events shown:/ { for (i = 3; i <= NF; i++) ev[i - 2] = $i }

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Per-function cost per message from the callgrind outputs `KEEP=1 bench/dating/instructions.sh`
+keeps: the slope between the 100- and 300-call runs of each function's self cost (inlined code
+included), grouped by whose code it is, and the difference between `dating` and
+`dating_manual` function by function. The whole-process totals of two runs of one binary differ
+by about 1 % (the workload's timing moves what the runtime does); the engine's own functions
+move much less, which makes this the finer reading of a change to the engine.
+
+    bench/dating/by_function.py DIR [--event Ir|I1mr|D1mr|D1mw|Bcm|...] [--top N]
+
+DIR is the folder instructions.sh names ("callgrind outputs kept in DIR"), holding
+cg-SERVICE-100.out, cg-SERVICE-300.out and messages-SERVICE-{100,300}. Events other than Ir need
+CACHE=1 when the outputs were made.
+"""
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+
+# Whose code a function is, by the first pattern its name matches.
+GROUPS = [
+    ("dating_manual", re.compile(r"tandem_services::dating_manual::")),
+    # before the engine: `<tandem_services::dating::Dating as tandem_engine::...>::do_transition`
+    ("dating arms", re.compile(r"tandem_services::dating::")),
+    ("engine", re.compile(r"tandem_engine::")),
+    ("smallvec", re.compile(r"smallvec::")),
+]
+SHARED = "shared (parser, transactions, container, runtime, allocator)"
+
+LINE = re.compile(r"\s*([\d,]+)\s+(?:\([^)]*\)\s+)?(\S.*)$")
+
+
+def group_of(name):
+    for group, pattern in GROUPS:
+        if pattern.search(name):
+            return group
+    return SHARED
+
+
+def self_costs(path, event):
+    """{function: self cost} from callgrind_annotate's function list (file and object names
+    dropped, so a function inlined into several files sums up)."""
+    cmd = ["callgrind_annotate", "--threshold=100", "--show=" + event, "--sort=" + event, path]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit("callgrind_annotate %s failed (an event the output lacks? Events other than Ir "
+                 "need CACHE=1): %s" % (path, " ".join(done.stderr.strip().splitlines()[-1:])))
+    out = done.stdout
+    costs = {}
+    listing = False
+    for line in out.splitlines():
+        if "file:function" in line:
+            listing = True
+            continue
+        if not listing:
+            continue
+        if line.startswith("-- ") or "Auto-annotated source" in line:
+            break
+        m = LINE.match(line)
+        if not m or "PROGRAM TOTALS" in line:
+            continue
+        name = m.group(2)
+        # "FILE:FUNCTION" (a file name holds no colon)
+        name = name.split(":", 1)[1] if ":" in name else name
+        name = re.sub(r" \[[^\]]*\]$", "", name)
+        costs[name] = costs.get(name, 0) + int(m.group(1).replace(",", ""))
+    return costs
+
+
+def slopes(folder, service, event):
+    """{function: cost per message} for one service, or None if its outputs are missing."""
+    runs = []
+    for calls in (100, 300):
+        out = os.path.join(folder, "cg-%s-%d.out" % (service, calls))
+        count = os.path.join(folder, "messages-%s-%d" % (service, calls))
+        if not (os.path.exists(out) and os.path.exists(count)):
+            return None
+        with open(count) as f:
+            runs.append((int(f.read().split()[0]), self_costs(out, event)))
+    (m1, a), (m2, b) = runs
+    return {k: (b.get(k, 0) - a.get(k, 0)) / (m2 - m1) for k in set(a) | set(b)}
+
+
+def grouped(costs):
+    totals = {}
+    for name, cost in costs.items():
+        g = group_of(name)
+        totals[g] = totals.get(g, 0) + cost
+    return totals
+
+
+def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # quiet when piped into `head`
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("folder")
+    ap.add_argument("--event", default="Ir")
+    ap.add_argument("--top", type=int, default=25)
+    args = ap.parse_args()
+    found = {s: slopes(args.folder, s, args.event) for s in ("dating", "dating_manual")}
+    found = {s: c for s, c in found.items() if c is not None}
+    if not found:
+        sys.exit("no cg-SERVICE-{100,300}.out with messages-SERVICE-{100,300} in %s "
+                 "(KEEP=1 bench/dating/instructions.sh makes them)" % args.folder)
+    groups = ["engine", "dating arms", "dating_manual", "smallvec", SHARED]
+    names = list(found)
+    print("%s per message, by whose code it is (self cost, inlined code included)\n" % args.event)
+    print("| code | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    by_group = {s: grouped(c) for s, c in found.items()}
+    for g in groups:
+        print("| %s | %s |" % (g, " | ".join("%.1f" % by_group[s].get(g, 0) for s in names)))
+    print("| all | %s |" % " | ".join("%.1f" % sum(found[s].values()) for s in names))
+    for s in names:
+        print("\n%s, top %d functions:\n" % (s, args.top))
+        for name, cost in sorted(found[s].items(), key=lambda kv: -kv[1])[:args.top]:
+            print("%9.1f  %s" % (cost, name[:140]))
+    if len(found) == 2:
+        d, m = found["dating"], found["dating_manual"]
+        diff = sorted(((d.get(k, 0) - m.get(k, 0), k) for k in set(d) | set(m)), reverse=True)
+        print("\ndating − dating_manual, largest differences either way (dating, dating_manual):\n")
+        shown = diff[:args.top] + diff[-(args.top // 2):] if len(diff) > args.top + args.top // 2 else diff
+        for delta, name in shown:
+            print("%+9.1f  %9.1f %9.1f  %s" % (delta, d.get(name, 0), m.get(name, 0), name[:120]))
+
+
+if __name__ == "__main__":
+    main()
