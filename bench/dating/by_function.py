@@ -78,8 +78,13 @@ def slopes(folder, service, event):
         if not (os.path.exists(out) and os.path.exists(count)):
             return None
         with open(count) as f:
-            runs.append((int(f.read().split()[0]), self_costs(out, event)))
+            text = f.read().strip()
+        if not text.isdigit():
+            sys.exit("%s does not hold a message count (%r): the tandem's metrics were not read" % (count, text))
+        runs.append((int(text), self_costs(out, event)))
     (m1, a), (m2, b) = runs
+    if m2 <= m1:
+        sys.exit("%s: the 300-call run counted no more messages than the 100-call one (%d, %d)" % (service, m1, m2))
     return {k: (b.get(k, 0) - a.get(k, 0)) / (m2 - m1) for k in set(a) | set(b)}
 
 
