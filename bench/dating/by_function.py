@@ -108,7 +108,7 @@ def main():
     if not found:
         sys.exit("no cg-SERVICE-{100,300}.out with messages-SERVICE-{100,300} in %s "
                  "(KEEP=1 bench/dating/instructions.sh makes them)" % args.folder)
-    groups = ["engine", "dating arms", "dating_manual", "smallvec", SHARED]
+    groups = [g for g, _ in GROUPS] + [SHARED]
     names = list(found)
     print("%s per message, by whose code it is (self cost, inlined code included)\n" % args.event)
     print("| code | " + " | ".join(names) + " |")
