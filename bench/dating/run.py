@@ -177,6 +177,9 @@ def ratio(a, b):
 
 CGROUP_CPU = "/sys/fs/cgroup/cpu"
 CPU_PERIOD_US = 10000
+# Side by side: how long one side waits for the other to be ready to start its load (warm-up,
+# drain of the warm-up's calls, capture start).
+READY_TIMEOUT_S = 300
 
 
 def built_binary():
@@ -476,10 +479,12 @@ def capture_delays(cap, port):
     return delays, dropped
 
 
-def run_once(service, target, duration, args, label=None):
+def run_once(service, target, duration, args, label=None, ready=None):
     """One measured run. Returns a result dict ('missing' set when the service is unknown).
     `service` may carry a side suffix (`dating_manual#A`, for --aa): the tandem runs the part
-    before the `#`."""
+    before the `#`. `ready` (side by side: a `threading.Barrier` shared with the other side) is
+    waited on once the tandems are warm and the capture runs, so that both sides' SIPp start
+    together (their warm-ups and drains take different times)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     label = label or "%s-%d" % (service, target)
     rawdir = os.path.join(RESULTS, "raw", "dating", "%s-%s" % (stamp, label))
@@ -543,11 +548,14 @@ def run_once(service, target, duration, args, label=None):
 
         if args.capture:
             capture = start_capture(dating.port, capture_dir)
+        if ready is not None:
+            ready.wait(timeout=READY_TIMEOUT_S)
         before = dating.metrics()
         drops_before = udp_receive_drops()
         th = threading.Thread(target=sampler, daemon=True)
         th.start()
         t_start = time.time()
+        res["t_start"] = t_start
         for p, v in plan.items():
             d = os.path.join(rawdir, p)
             os.makedirs(d, exist_ok=True)
@@ -935,7 +943,7 @@ def compact(r):
             "negotiation_waits", "manual_lock_retries", "ambiguous", "handler_failures",
             "transitions", "messages_in_total", "invariants", "dating_exit", "media_exit",
             "failure_causes", "setup_delay_capture_hold", "capture_dropped",
-            "other_load")
+            "other_load", "start_skew_s")
     return {k: r.get(k) for k in keep}
 
 
@@ -1021,6 +1029,11 @@ def aa_check(args):
                    " --capture" if args.capture else "", args.duration, m.get("git"),
                    m.get("nproc"), m.get("cpu_model"), m.get("kernel")))
         f.write("\n".join(rows) + "\n")
+        skews = ["%s %+.3f s" % (lvl, out["runs"]["%s/A" % lvl]["start_skew_s"]) for lvl in loads
+                 if out["runs"]["%s/A" % lvl].get("start_skew_s") is not None]
+        if skews:
+            f.write("\nBoth sides' loads started together once both were warm (B's start minus "
+                    "A's: %s).\n" % ", ".join(skews))
     log("wrote bench/results/dating-aa.md, dating-aa.json")
 
 
@@ -1031,16 +1044,25 @@ def setup_stats_of(r):
 def run_side_by_side(svcs, target, args, lvl, duration=None):
     """Both versions at once, each with its own media service and SIPp instances: whatever
     else the shared machine does during the run (steal time, a neighbour's burst) falls on both,
-    so their ratio is not a comparison of two different five-minute windows. The second version
-    runs in a thread, the first in this one (a signal unwinds this one; the thread finishes its
-    run and its `finally` stops its processes)."""
+    so their ratio is not a comparison of two different five-minute windows. Their loads start
+    together (a barrier once both are warm: `start_skew_s` in the results says how together).
+    The second version runs in a thread, the first in this one (a signal unwinds this one and
+    breaks the barrier; the thread finishes its run and its `finally` stops its processes)."""
     got, errors = {}, {}
+    ready = threading.Barrier(2)
 
     def one(svc):
         try:
-            got[svc] = run_once(svc, target, duration or args.duration, args, label="%s-%s" % (lvl, svc))
-        except Exception as e:  # reported after the join
+            got[svc] = run_once(svc, target, duration or args.duration, args, label="%s-%s" % (lvl, svc),
+                                ready=ready)
+        except BaseException as e:  # reported after the join (a signal: re-raised)
             errors[svc] = e
+            if not isinstance(e, Exception):
+                raise
+        finally:
+            # A side that ended before its start (an error, an unknown service) must not leave
+            # the other waiting; once both started, breaking the barrier changes nothing.
+            ready.abort()
 
     other = threading.Thread(target=one, args=(svcs[1],))
     other.start()
@@ -1048,8 +1070,12 @@ def run_side_by_side(svcs, target, args, lvl, duration=None):
     other.join()
     if errors:
         raise RuntimeError("side-by-side run failed: %s" % errors)
+    starts = [got[svc].get("t_start") for svc in svcs]
     for r in got.values():
         r["side_by_side"] = True
+        # how far apart the two sides' SIPp started (the barrier keeps it to milliseconds)
+        if None not in starts:
+            r["start_skew_s"] = round(starts[1] - starts[0], 4)
         # the sibling's SIPp and tandem processes are expected here, not a disturbance
         r["other_load"] = []
     return {svc: got[svc] for svc in svcs}
@@ -1146,9 +1172,13 @@ def write_md(out, runs, loads, plots):
         m.get("nproc"), m.get("cpu_model"), m.get("mem_total_gib"), m.get("kernel"),
         m.get("os"), m.get("sipp"), m.get("git")))
     if out.get("side_by_side"):
+        skews = ["%s %+.3f s" % (k[0], r["start_skew_s"]) for k, r in runs.items()
+                 if k[1] == "dating" and r.get("start_skew_s") is not None]
         L.append("**Side by side** (`--side-by-side`): at each load both versions ran at the same "
                  "time, each with its own media service and SIPp callers, so that the shared "
-                 "machine's disturbances during the run fall on both.\n")
+                 "machine's disturbances during the run fall on both.%s\n" % (
+                     " Their loads started together once both were warm (second side's start "
+                     "minus the first's: %s)." % ", ".join(skews) if skews else ""))
     if out["manual_version"]:
         L.append("**Hand-optimized version missing** (%s): only the contract version was "
                  "measured; the ratios are null.\n" % out["manual_version"])
