@@ -6,7 +6,11 @@ included), grouped by whose code it is, and the difference between `dating` and
 by about 1 % (the workload's timing moves what the runtime does); the engine's own functions
 move much less, which makes this the finer reading of a change to the engine.
 
-    bench/dating/by_function.py DIR [--event Ir|I1mr|D1mr|D1mw|Bcm|...] [--top N]
+    bench/dating/by_function.py DIR [--event Ir|I1mr|D1mr|D1mw|Bcm|...] [--top N] [--by-file]
+
+--by-file splits each service's own code (every group but the shared one) by the source file the
+instructions come from: our crates' lines, and library code (slices, `Option`, `SmallVec`,
+pointer moves and drops, atomics) the compiler inlined into them.
 
 DIR is the folder instructions.sh names ("callgrind outputs kept in DIR"), holding
 cg-SERVICE-100.out, cg-SERVICE-300.out and messages-SERVICE-{100,300}. Events other than Ir need
@@ -40,8 +44,9 @@ def group_of(name):
 
 
 def self_costs(path, event):
-    """{function: self cost} from callgrind_annotate's function list (file and object names
-    dropped, so a function inlined into several files sums up)."""
+    """{(file, function): self cost} from callgrind_annotate's function list (object names
+    dropped). The file is where the instructions' source is: a function's entries in several
+    files are its own code and what was inlined into it."""
     cmd = ["callgrind_annotate", "--threshold=100", "--show=" + event, "--sort=" + event, path]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
@@ -63,14 +68,22 @@ def self_costs(path, event):
             continue
         name = m.group(2)
         # "FILE:FUNCTION" (a file name holds no colon)
-        name = name.split(":", 1)[1] if ":" in name else name
+        path, name = name.split(":", 1) if ":" in name else ("?", name)
         name = re.sub(r" \[[^\]]*\]$", "", name)
-        costs[name] = costs.get(name, 0) + int(m.group(1).replace(",", ""))
+        key = (short_path(path), name)
+        costs[key] = costs.get(key, 0) + int(m.group(1).replace(",", ""))
     return costs
 
 
+def short_path(path):
+    """A source path without the toolchain's or the registry's prefix: `core/src/option.rs`,
+    `smallvec-1.16.5/src/lib.rs`, `crates/engine/src/engine.rs`."""
+    return re.sub(r".*/(?:library|registry/src/[^/]+)/", "", path)
+
+
 def slopes(folder, service, event):
-    """{function: cost per message} for one service, or None if its outputs are missing."""
+    """{(file, function): cost per message} for one service, or None if its outputs are
+    missing."""
     runs = []
     for calls in (100, 300):
         out = os.path.join(folder, "cg-%s-%d.out" % (service, calls))
@@ -88,6 +101,14 @@ def slopes(folder, service, event):
     return {k: (b.get(k, 0) - a.get(k, 0)) / (m2 - m1) for k in set(a) | set(b)}
 
 
+def by_function(costs):
+    """{function: cost}, a function's entries in several source files summed."""
+    totals = {}
+    for (_, name), cost in costs.items():
+        totals[name] = totals.get(name, 0) + cost
+    return totals
+
+
 def grouped(costs):
     totals = {}
     for name, cost in costs.items():
@@ -96,18 +117,41 @@ def grouped(costs):
     return totals
 
 
+def own_code_by_file(costs):
+    """{source file: cost} of a service's own code (functions of every group but the shared)."""
+    totals = {}
+    for (path, name), cost in costs.items():
+        if group_of(name) != SHARED:
+            totals[path] = totals.get(path, 0) + cost
+    return totals
+
+
+def print_by_file(found, top):
+    for s, costs in found.items():
+        files = own_code_by_file(costs)
+        ours = sum(c for p, c in files.items() if p.startswith("crates/"))
+        print("\n%s's own code (%s) by source file: %.1f in all, %.1f on our crates' lines, "
+              "%.1f library code inlined into them\n" % (
+                  s, ", ".join(g for g, _ in GROUPS), sum(files.values()), ours, sum(files.values()) - ours))
+        for path, cost in sorted(files.items(), key=lambda kv: -kv[1])[:top]:
+            print("%9.1f  %s" % (cost, path))
+
+
 def main():
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # quiet when piped into `head`
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder")
     ap.add_argument("--event", default="Ir")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--by-file", action="store_true",
+                    help="also split each service's own code by source file (ours, inlined library code)")
     args = ap.parse_args()
-    found = {s: slopes(args.folder, s, args.event) for s in ("dating", "dating_manual")}
-    found = {s: c for s, c in found.items() if c is not None}
-    if not found:
+    by_source = {s: slopes(args.folder, s, args.event) for s in ("dating", "dating_manual")}
+    by_source = {s: c for s, c in by_source.items() if c is not None}
+    if not by_source:
         sys.exit("no cg-SERVICE-{100,300}.out with messages-SERVICE-{100,300} in %s "
                  "(KEEP=1 bench/dating/instructions.sh makes them)" % args.folder)
+    found = {s: by_function(c) for s, c in by_source.items()}
     groups = [g for g, _ in GROUPS] + [SHARED]
     names = list(found)
     print("%s per message, by whose code it is (self cost, inlined code included)\n" % args.event)
@@ -128,6 +172,8 @@ def main():
         shown = diff[:args.top] + diff[-(args.top // 2):] if len(diff) > args.top + args.top // 2 else diff
         for delta, name in shown:
             print("%+9.1f  %9.1f %9.1f  %s" % (delta, d.get(name, 0), m.get(name, 0), name[:120]))
+    if args.by_file:
+        print_by_file(by_source, args.top)
 
 
 if __name__ == "__main__":

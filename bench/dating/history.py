@@ -44,6 +44,8 @@ def runs(results, want_aa=False):
             host += ", CPU " + ",".join(map(str, d["dating_cpus"]))
         if d.get("side_by_side_first") == "dating_manual":  # `--swap-sides`
             host += ", swapped"
+        if any((r or {}).get("start_skew_s") is not None for r in (d.get("runs") or {}).values()):
+            host += ", synced"  # both sides' loads started together (a barrier, since ff4001b)
         if aa:
             host += ", A/A " + d.get("service", "?")
         if d.get("binary"):  # not target/release/tandem (`--binary`, e.g. the PGO build)
