@@ -68,9 +68,9 @@ def self_costs(path, event):
             continue
         name = m.group(2)
         # "FILE:FUNCTION" (a file name holds no colon)
-        path, name = name.split(":", 1) if ":" in name else ("?", name)
+        source, name = name.split(":", 1) if ":" in name else ("?", name)
         name = re.sub(r" \[[^\]]*\]$", "", name)
-        key = (short_path(path), name)
+        key = (short_path(source), name)
         costs[key] = costs.get(key, 0) + int(m.group(1).replace(",", ""))
     return costs
 
