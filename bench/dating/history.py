@@ -75,13 +75,49 @@ def fmt(v, digits=3):
 
 def main():
     results = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "results")
-    table(runs(results))
+    ab = runs(results)
+    table(ab)
+    by_order(ab)
     aa = runs(results, want_aa=True)
     if aa:
         print()
         print("A/A checks (the same version on both sides, A in the driver's main thread):")
         print()
         table(aa)
+        side_bias(aa)
+
+
+# The p99 ratios read by the side a version ran on: the rig's A/A checks have favoured the first
+# side (the driver's main thread), so a median over runs that put the contract version first more
+# often than not is kind to it.
+ORDERED = ["p99_capture_ratio_expected", "p99_capture_ratio_overload", "p99_ratio_expected", "p99_ratio_overload"]
+
+
+def by_order(rows):
+    """Each p99 ratio's median over the runs with the contract version first and over those with
+    the hand-optimized version first (`--swap-sides`), and the geometric mean of the two: a side
+    bias that scales one order's ratios up scales the other's down, and cancels there."""
+    print()
+    for k in ORDERED:
+        first = [r[k] for r in rows if r[k] is not None and "swapped" not in r["host"]]
+        swapped = [r[k] for r in rows if r[k] is not None and "swapped" in r["host"]]
+        if not first or not swapped:
+            continue
+        a, b = statistics.median(first), statistics.median(swapped)
+        print("- %s by order: contract first median %s (%d runs), hand-optimized first %s (%d runs); "
+              "geometric mean of the two %s" % (k, fmt(a), len(first), fmt(b), len(swapped), fmt(math.sqrt(a * b))))
+
+
+def side_bias(rows):
+    """How often the A/A checks' first side had the shorter tail (ratio below 1), with the sign
+    test's one-sided p-value were the sides alike."""
+    print()
+    for k in ORDERED:
+        vals = [r[k] for r in rows if r[k] is not None and r[k] != 1.0]
+        if vals:
+            below = sum(1 for v in vals if v < 1.0)
+            print("- %s: first side's p99 shorter in %d of %d runs (sign test: p = %.2g were the sides alike)" % (
+                k, below, len(vals), binom_tail(len(vals), below)))
 
 
 def table(rows):
