@@ -42,7 +42,8 @@ def runs(results, want_aa=False):
         host = "AMD" if "AMD" in cpu else "Intel" if "Intel" in cpu else cpu
         if d.get("dating_cpus"):  # both dating tandems on the same CPUs (`--dating-cpus`)
             host += ", CPU " + ",".join(map(str, d["dating_cpus"]))
-        if d.get("side_by_side_first") == "dating_manual":  # `--swap-sides`
+        swapped = d.get("side_by_side_first") == "dating_manual"  # `--swap-sides`
+        if swapped:
             host += ", swapped"
         if any((r or {}).get("start_skew_s") is not None for r in (d.get("runs") or {}).values()):
             host += ", synced"  # both sides' loads started together (a barrier, since ff4001b)
@@ -51,7 +52,7 @@ def runs(results, want_aa=False):
         if d.get("binary"):  # not target/release/tandem (`--binary`, e.g. the PGO build)
             host += ", " + d["binary"]
         found.append({"file": os.path.basename(path), "generated": d.get("generated", ""),
-                      "git": m.get("git", ""), "host": host,
+                      "git": m.get("git", ""), "host": host, "swapped": swapped,
                       "capacity": d.get("capacity_executions") or (d.get("loads") or {}).get("overload"),
                       "invariants": d.get("invariants_ok") if not aa else aa_invariants(d),
                       **{k: d.get(k) for k in RATIOS}})
@@ -99,8 +100,8 @@ def by_order(rows):
     bias that scales one order's ratios up scales the other's down, and cancels there."""
     print()
     for k in ORDERED:
-        first = [r[k] for r in rows if r[k] is not None and "swapped" not in r["host"]]
-        swapped = [r[k] for r in rows if r[k] is not None and "swapped" in r["host"]]
+        first = [r[k] for r in rows if r[k] is not None and not r["swapped"]]
+        swapped = [r[k] for r in rows if r[k] is not None and r["swapped"]]
         if not first or not swapped:
             continue
         a, b = statistics.median(first), statistics.median(swapped)

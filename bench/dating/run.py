@@ -1029,12 +1029,18 @@ def aa_check(args):
                    " --capture" if args.capture else "", args.duration, m.get("git"),
                    m.get("nproc"), m.get("cpu_model"), m.get("kernel")))
         f.write("\n".join(rows) + "\n")
-        skews = ["%s %+.3f s" % (lvl, out["runs"]["%s/A" % lvl]["start_skew_s"]) for lvl in loads
-                 if out["runs"]["%s/A" % lvl].get("start_skew_s") is not None]
+        skews = skew_text((lvl, out["runs"]["%s/A" % lvl]) for lvl in loads)
         if skews:
             f.write("\nBoth sides' loads started together once both were warm (B's start minus "
-                    "A's: %s).\n" % ", ".join(skews))
+                    "A's: %s).\n" % skews)
     log("wrote bench/results/dating-aa.md, dating-aa.json")
+
+
+def skew_text(levels):
+    """"expected +0.001 s, overload -0.002 s" from (load, run) pairs: how far apart the two
+    sides' loads started (`start_skew_s`); "" for runs from before the barrier."""
+    return ", ".join("%s %+.3f s" % (lvl, r["start_skew_s"]) for lvl, r in levels
+                     if r.get("start_skew_s") is not None)
 
 
 def setup_stats_of(r):
@@ -1172,13 +1178,12 @@ def write_md(out, runs, loads, plots):
         m.get("nproc"), m.get("cpu_model"), m.get("mem_total_gib"), m.get("kernel"),
         m.get("os"), m.get("sipp"), m.get("git")))
     if out.get("side_by_side"):
-        skews = ["%s %+.3f s" % (k[0], r["start_skew_s"]) for k, r in runs.items()
-                 if k[1] == "dating" and r.get("start_skew_s") is not None]
+        skews = skew_text((k[0], r) for k, r in runs.items() if k[1] == "dating")
         L.append("**Side by side** (`--side-by-side`): at each load both versions ran at the same "
                  "time, each with its own media service and SIPp callers, so that the shared "
                  "machine's disturbances during the run fall on both.%s\n" % (
                      " Their loads started together once both were warm (second side's start "
-                     "minus the first's: %s)." % ", ".join(skews) if skews else ""))
+                     "minus the first's: %s)." % skews if skews else ""))
     if out["manual_version"]:
         L.append("**Hand-optimized version missing** (%s): only the contract version was "
                  "measured; the ratios are null.\n" % out["manual_version"])
@@ -1380,6 +1385,10 @@ def rereport(args):
             continue
         with open(os.path.join(REPO, c["rawdir"], "result.json")) as f:
             r = json.load(f)
+        # set by run_side_by_side after the raw result was written: kept from the report
+        for k in ("start_skew_s", "other_load"):
+            if k in c:
+                r[k] = c[k]
         if r.get("cpu_us_per_message") is None and r.get("cpu_dating_hold") and r.get("throughput_mps_hold"):
             r["cpu_us_per_message"] = round(1e6 * r["cpu_dating_hold"] / r["throughput_mps_hold"], 1)
         inv = r["invariants"]
