@@ -51,18 +51,28 @@ def runs(results, want_aa=False):
             host += ", A/A " + d.get("service", "?")
         if d.get("binary"):  # not target/release/tandem (`--binary`, e.g. the PGO build)
             host += ", " + d["binary"]
-        found.append({"file": os.path.basename(path), "generated": d.get("generated", ""),
-                      "git": m.get("git", ""), "host": host, "swapped": swapped,
-                      "capacity": d.get("capacity_executions") or (d.get("loads") or {}).get("overload"),
-                      "invariants": d.get("invariants_ok") if not aa else aa_invariants(d),
-                      **{k: d.get(k) for k in RATIOS}})
+        row = {"file": os.path.basename(path), "generated": d.get("generated", ""),
+               "git": m.get("git", ""), "host": host, "swapped": swapped,
+               "capacity": d.get("capacity_executions") or (d.get("loads") or {}).get("overload"),
+               "invariants": d.get("invariants_ok") if not aa else aa_invariants(d),
+               **{k: d.get(k) for k in RATIOS}}
+        orders = d.get("ratios_by_order")
+        if orders:
+            # `run.py --both-orders`: one row per order (its headline ratios are their geometric
+            # means), so that each order counts where the single-order runs count
+            for order, swapped in (("dating_first", False), ("dating_manual_first", True)):
+                found.append({**row, "host": host + ", both orders" + (", swapped" if swapped else ""),
+                              "swapped": swapped, **{k: orders[order].get(k) for k in RATIOS}})
+        else:
+            found.append(row)
     # `dating.json` is the latest run, usually also kept under an archive name: one run once
     # (the archive's name kept, it says more).
     seen = {}
     for r in found:
-        if r["generated"] not in seen or seen[r["generated"]]["file"] == "dating.json":
-            seen[r["generated"]] = r
-    return sorted(seen.values(), key=lambda r: r["generated"])
+        key = (r["generated"], r["swapped"])
+        if key not in seen or seen[key]["file"] == "dating.json":
+            seen[key] = r
+    return sorted(seen.values(), key=lambda r: (r["generated"], r["swapped"]))
 
 
 def aa_invariants(d):

@@ -963,20 +963,26 @@ def compare(args):
     if cap is None:
         raise SystemExit("capacity search failed")
     loads = {"expected": max(2, int(round(cap * 0.8))), "overload": cap}
-    runs = {}
+    runs, runs_swapped = {}, {}
     for lvl, target in loads.items():
         if manual_missing:
             runs[(lvl, "dating_manual")] = {"service": "dating_manual", "missing": manual_missing}
         svcs = ["dating"] if manual_missing else ["dating", "dating_manual"]
         if args.side_by_side and len(svcs) == 2:
-            got = run_side_by_side(svcs[::-1] if args.swap_sides else svcs, target, args, lvl)
+            # --both-orders: the pair once in each order, back to back at each load
+            for swapped in ((False, True) if args.both_orders else (args.swap_sides,)):
+                second = swapped and args.both_orders
+                got = run_side_by_side(svcs[::-1] if swapped else svcs, target, args,
+                                       lvl + "-swapped" if second else lvl)
+                for svc, r in got.items():
+                    log(summary_line(r))
+                    (runs_swapped if second else runs)[(lvl, svc)] = r
         else:
-            got = {svc: run_once(svc, target, args.duration, args, label="%s-%s" % (lvl, svc))
-                   for svc in svcs}
-        for svc, r in got.items():
-            log(summary_line(r))
-            runs[(lvl, svc)] = r
-    report(args, mach, cap, cap_src, levels, loads, runs, manual_missing)
+            for svc in svcs:
+                r = run_once(svc, target, args.duration, args, label="%s-%s" % (lvl, svc))
+                log(summary_line(r))
+                runs[(lvl, svc)] = r
+    report(args, mach, cap, cap_src, levels, loads, runs, manual_missing, runs_swapped)
 
 
 def aa_check(args):
@@ -1087,7 +1093,13 @@ def run_side_by_side(svcs, target, args, lvl, duration=None):
     return {svc: got[svc] for svc in svcs}
 
 
-def report(args, mach, cap, cap_src, levels, loads, runs, manual_missing):
+RATIO_KEYS = ["throughput_ratio_expected", "throughput_ratio_overload", "p99_ratio_expected",
+              "p99_ratio_overload", "p99_capture_ratio_expected", "p99_capture_ratio_overload",
+              "cpu_per_message_ratio_expected", "cpu_per_message_ratio_overload"]
+
+
+def ratios_of(runs):
+    """The contract / hand-optimized ratios of one set of runs keyed (load, version)."""
     def fig(lvl, svc, key, sub=None):
         r = runs.get((lvl, svc))
         if not r or r.get("missing"):
@@ -1101,6 +1113,35 @@ def report(args, mach, cap, cap_src, levels, loads, runs, manual_missing):
             return {}
         return r["setup_delay_hold"] if r["setup_delay_hold"].get("n") else r["setup_delay"]
 
+    out = {}
+    for lvl in ("expected", "overload"):
+        out["throughput_ratio_" + lvl] = ratio(fig(lvl, "dating", "throughput_mps_hold"),
+                                               fig(lvl, "dating_manual", "throughput_mps_hold"))
+        out["p99_ratio_" + lvl] = ratio(sd(lvl, "dating").get("p99"), sd(lvl, "dating_manual").get("p99"))
+        # the same from a capture of the caller leg (microseconds, not SIPp's ~4 ms steps)
+        out["p99_capture_ratio_" + lvl] = ratio(fig(lvl, "dating", "setup_delay_capture_hold", "p99"),
+                                                fig(lvl, "dating_manual", "setup_delay_capture_hold", "p99"))
+        # the dating tandem's CPU per message (contract / hand-optimized): the cost difference
+        # that throughput does not show while the machine is not saturated
+        out["cpu_per_message_ratio_" + lvl] = ratio(fig(lvl, "dating", "cpu_us_per_message"),
+                                                    fig(lvl, "dating_manual", "cpu_us_per_message"))
+    return {k: out[k] for k in RATIO_KEYS}
+
+
+def geometric_mean(a, b):
+    return None if a is None or b is None else round(math.sqrt(a * b), 3)
+
+
+def report(args, mach, cap, cap_src, levels, loads, runs, manual_missing, runs_swapped=None):
+    """`runs_swapped` (--both-orders): the same loads run again with the sides swapped; the
+    ratios reported are then the geometric means of the two orders' (a side bias that scales
+    one order's ratio by some factor scales the other's by its inverse, and cancels), each
+    order's kept under `ratios_by_order`."""
+    both = bool(runs_swapped)
+    by_order = {"dating_first": ratios_of(runs), "dating_manual_first": ratios_of(runs_swapped)} if both else None
+    headline = ({k: geometric_mean(by_order["dating_first"][k], by_order["dating_manual_first"][k])
+                 for k in RATIO_KEYS} if both else ratios_of(runs))
+    every_run = list(runs.values()) + list((runs_swapped or {}).values())
     out = {
         "generated": datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
         "mode": "quick" if args.quick else "full",
@@ -1111,36 +1152,21 @@ def report(args, mach, cap, cap_src, levels, loads, runs, manual_missing):
         "capacity_levels": levels,
         "loads": loads,
         "manual_version": None if not manual_missing else manual_missing,
-        "throughput_ratio_expected": ratio(fig("expected", "dating", "throughput_mps_hold"),
-                                           fig("expected", "dating_manual", "throughput_mps_hold")),
-        "throughput_ratio_overload": ratio(fig("overload", "dating", "throughput_mps_hold"),
-                                           fig("overload", "dating_manual", "throughput_mps_hold")),
-        "p99_ratio_expected": ratio(sd("expected", "dating").get("p99"),
-                                    sd("expected", "dating_manual").get("p99")),
-        "p99_ratio_overload": ratio(sd("overload", "dating").get("p99"),
-                                    sd("overload", "dating_manual").get("p99")),
-        # the same from a capture of the caller leg (microseconds, not SIPp's ~4 ms steps)
-        "p99_capture_ratio_expected": ratio(fig("expected", "dating", "setup_delay_capture_hold", "p99"),
-                                            fig("expected", "dating_manual", "setup_delay_capture_hold", "p99")),
-        "p99_capture_ratio_overload": ratio(fig("overload", "dating", "setup_delay_capture_hold", "p99"),
-                                            fig("overload", "dating_manual", "setup_delay_capture_hold", "p99")),
-        # the dating tandem's CPU per message (contract / hand-optimized): the cost difference
-        # that throughput does not show while the machine is not saturated
-        "cpu_per_message_ratio_expected": ratio(fig("expected", "dating", "cpu_us_per_message"),
-                                                fig("expected", "dating_manual", "cpu_us_per_message")),
-        "cpu_per_message_ratio_overload": ratio(fig("overload", "dating", "cpu_us_per_message"),
-                                                fig("overload", "dating_manual", "cpu_us_per_message")),
-        "invariants_ok": all(r["invariants"]["ok"] for r in runs.values() if not r.get("missing")),
+        **headline,
+        "ratios_by_order": by_order,
+        "invariants_ok": all(r["invariants"]["ok"] for r in every_run if not r.get("missing")),
         "setup_delay_resolution_ms": 1,
         "media_answer_delay": args.answer_delay,
         "dating_cpu_limit": args.dating_cpu,
         "dating_cpus": args.dating_cpus,
         "binary": built_binary(),
         "side_by_side": bool(getattr(args, "side_by_side", False)),
-        # which version the driver's main thread ran (the other ran in a second thread)
-        "side_by_side_first": ("dating_manual" if getattr(args, "swap_sides", False) else "dating")
-        if getattr(args, "side_by_side", False) else None,
+        # which version the driver's main thread ran (the other ran in a second thread);
+        # "both": --both-orders, `runs` with the contract version first, `runs_swapped` after
+        "side_by_side_first": ("both" if both else "dating_manual" if getattr(args, "swap_sides", False)
+                               else "dating") if getattr(args, "side_by_side", False) else None,
         "runs": {"%s/%s" % k: compact(v) for k, v in runs.items()},
+        "runs_swapped": {"%s/%s" % k: compact(v) for k, v in runs_swapped.items()} if both else None,
     }
     if manual_missing:
         out["goal_met"] = None
@@ -1152,9 +1178,16 @@ def report(args, mach, cap, cap_src, levels, loads, runs, manual_missing):
     with open(os.path.join(RESULTS, "dating.json"), "w") as f:
         json.dump(out, f, indent=1)
     plots = plot(runs, loads)
-    write_md(out, runs, loads, plots)
+    # the report's tables list the second order's runs after the first's, marked
+    listed = dict(runs)
+    listed.update({(lvl, svc + SWAPPED_MARK): r for (lvl, svc), r in (runs_swapped or {}).items()})
+    write_md(out, listed, loads, plots)
     log("wrote bench/results/dating.md, dating.json%s" % (
         ", " + ", ".join(plots) if plots else " (no plots: matplotlib missing)"))
+
+
+# How the report's tables name a run of the second order of --both-orders.
+SWAPPED_MARK = " (sides swapped)"
 
 
 def fmt(v, nd=1):
@@ -1178,7 +1211,9 @@ def write_md(out, runs, loads, plots):
         m.get("nproc"), m.get("cpu_model"), m.get("mem_total_gib"), m.get("kernel"),
         m.get("os"), m.get("sipp"), m.get("git")))
     if out.get("side_by_side"):
-        skews = skew_text((k[0], r) for k, r in runs.items() if k[1] == "dating")
+        # one side of each pair (both sides carry the pair's skew)
+        skews = skew_text((k[0] + (" swapped" if k[1].endswith(SWAPPED_MARK) else ""), r)
+                          for k, r in runs.items() if k[1] in ("dating", "dating" + SWAPPED_MARK))
         L.append("**Side by side** (`--side-by-side`): at each load both versions ran at the same "
                  "time, each with its own media service and SIPp callers, so that the shared "
                  "machine's disturbances during the run fall on both.%s\n" % (
@@ -1205,6 +1240,14 @@ def write_md(out, runs, loads, plots):
     if out.get("side_by_side_first") == "dating_manual":
         L.append("**Sides swapped** (`--swap-sides`): the hand-optimized version ran in the "
                  "driver's main thread, the contract version in the second one.\n")
+    if out.get("side_by_side_first") == "both":
+        L.append("**Both orders** (`--both-orders`): at each load the pair ran twice, back to "
+                 "back: first with the contract version in the driver's main thread, then with "
+                 "the hand-optimized version there (the runs marked \"%s\"). The ratios below "
+                 "are the geometric means of the two orders' ratios: a bias of the rig's sides "
+                 "(its A/A checks favour the first) scales one order's ratio up by the factor it "
+                 "scales the other's down, and cancels. The plots show the first order's runs.\n"
+                 % SWAPPED_MARK.strip(" ()"))
     if out.get("binary"):
         L.append("**Binary**: `%s` (`--binary`; one binary holds both versions), not the default "
                  "`target/release/tandem`.\n" % out["binary"])
@@ -1231,6 +1274,17 @@ def write_md(out, runs, loads, plots):
         fmt(out.get("p99_capture_ratio_expected"), 3), fmt(out.get("p99_capture_ratio_overload"), 3)))
     L.append("| dating CPU per message ratio | %s | %s | (not a goal) |" % (
         fmt(out["cpu_per_message_ratio_expected"], 3), fmt(out["cpu_per_message_ratio_overload"], 3)))
+    if out.get("ratios_by_order"):
+        o1, o2 = out["ratios_by_order"]["dating_first"], out["ratios_by_order"]["dating_manual_first"]
+        L.append("\nEach order's ratios (expected load / overload):\n")
+        L.append("| | contract version first | hand-optimized version first | geometric mean |")
+        L.append("|---|---|---|---|")
+        for name, k in (("throughput ratio", "throughput_ratio_"), ("p99 setup-delay ratio", "p99_ratio_"),
+                        ("p99 setup-delay ratio, from a capture", "p99_capture_ratio_"),
+                        ("dating CPU per message ratio", "cpu_per_message_ratio_")):
+            L.append("| %s | %s | %s | %s |" % (name, *(
+                "%s / %s" % (fmt(d.get(k + "expected"), 3), fmt(d.get(k + "overload"), 3))
+                for d in (o1, o2, out))))
     L.append("\nInvariants: **%s**. Goal met: %s.\n" % (
         "OK" if out["invariants_ok"] else "FAILED", fmt(out["goal_met"])))
     L.append("## Per run (hold phase: after the ramp, until the load stops)\n")
@@ -1377,27 +1431,11 @@ def rereport(args):
     in bench/results/dating.json (after a change of the report code)."""
     with open(os.path.join(RESULTS, "dating.json")) as f:
         old = json.load(f)
-    runs = {}
-    for key, c in old["runs"].items():
-        lvl, svc = key.split("/")
-        if c.get("missing"):
-            runs[(lvl, svc)] = c
-            continue
-        with open(os.path.join(REPO, c["rawdir"], "result.json")) as f:
-            r = json.load(f)
-        # set by run_side_by_side after the raw result was written: kept from the report
-        for k in ("start_skew_s", "other_load"):
-            if k in c:
-                r[k] = c[k]
-        if r.get("cpu_us_per_message") is None and r.get("cpu_dating_hold") and r.get("throughput_mps_hold"):
-            r["cpu_us_per_message"] = round(1e6 * r["cpu_dating_hold"] / r["throughput_mps_hold"], 1)
-        inv = r["invariants"]
-        if not r.get("transitions"):          # no transition metric: pairing not measurable
-            inv["pairing_ok"] = None
-        inv["ok"] = bool(inv["drained"] and inv["pairing_ok"] is not False
-                         and inv["all_calls_completed"] and inv["no_ambiguous"]
-                         and inv.get("unpaired_ok", True))
-        runs[(lvl, svc)] = r
+    runs, runs_swapped = {}, {}
+    for into, listed in ((runs, old["runs"]), (runs_swapped, old.get("runs_swapped") or {})):
+        for key, c in listed.items():
+            lvl, svc = key.split("/")
+            into[(lvl, svc)] = c if c.get("missing") else raw_result(c)
     args.quick = old.get("mode") == "quick"
     args.side_by_side = old.get("side_by_side", False)
     args.swap_sides = old.get("side_by_side_first") == "dating_manual"
@@ -1412,7 +1450,26 @@ def rereport(args):
     if missing and missing.startswith("missing: "):
         missing = missing[len("missing: "):]
     report(args, old["machine"], old["capacity_executions"], old.get("capacity_source"),
-           old.get("capacity_levels") or [], old["loads"], runs, missing)
+           old.get("capacity_levels") or [], old["loads"], runs, missing, runs_swapped)
+
+
+def raw_result(c):
+    """A run's raw result.json, as the report named it in `c` (its compact entry)."""
+    with open(os.path.join(REPO, c["rawdir"], "result.json")) as f:
+        r = json.load(f)
+    # set by run_side_by_side after the raw result was written: kept from the report
+    for k in ("start_skew_s", "other_load"):
+        if k in c:
+            r[k] = c[k]
+    if r.get("cpu_us_per_message") is None and r.get("cpu_dating_hold") and r.get("throughput_mps_hold"):
+        r["cpu_us_per_message"] = round(1e6 * r["cpu_dating_hold"] / r["throughput_mps_hold"], 1)
+    inv = r["invariants"]
+    if not r.get("transitions"):          # no transition metric: pairing not measurable
+        inv["pairing_ok"] = None
+    inv["ok"] = bool(inv["drained"] and inv["pairing_ok"] is not False
+                     and inv["all_calls_completed"] and inv["no_ambiguous"]
+                     and inv.get("unpaired_ok", True))
+    return r
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1468,11 +1525,18 @@ def main():
                     help="side by side: run dating_manual in the driver's main thread and dating "
                          "in the second one (default: the other way round), to tell the rig's "
                          "own asymmetry from the versions'")
+    ap.add_argument("--both-orders", action="store_true",
+                    help="--compare --side-by-side: at each load run the pair twice, the contract "
+                         "version in the driver's main thread and then the hand-optimized one, and "
+                         "report the geometric means of the two orders' ratios (a side bias "
+                         "cancels); twice as long")
     ap.add_argument("--binary", default=None,
                     help="the tandem binary for every tandem of the run (default "
                          "target/release/tandem), e.g. target/pgo/release/tandem from "
                          "bench/dating/pgo.sh; recorded in dating.json and the report")
     args = ap.parse_args()
+    if args.both_orders and not (args.compare and args.side_by_side) or args.both_orders and args.swap_sides:
+        ap.error("--both-orders goes with --compare --side-by-side, and not with --swap-sides")
     if args.binary:
         global BINARY
         BINARY = os.path.abspath(args.binary)
