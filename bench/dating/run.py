@@ -1205,7 +1205,8 @@ def write_md(out, runs, loads, plots):
     L.append("Generated %s by `bench/dating/run.py --compare%s` (%s mode, %d s per run). "
              "Method: bench/dating/README.md.\n" % (
                  out["generated"], (" --quick" if out["mode"] == "quick" else "")
-                 + (" --side-by-side" if out.get("side_by_side") else ""), out["mode"],
+                 + (" --side-by-side" if out.get("side_by_side") else "")
+                 + (" --both-orders" if out.get("side_by_side_first") == "both" else ""), out["mode"],
                  out["duration_s"]))
     L.append("**Machine**: %s × %s, %s GiB RAM, kernel %s, %s; %s; tandem git %s.\n" % (
         m.get("nproc"), m.get("cpu_model"), m.get("mem_total_gib"), m.get("kernel"),
