@@ -39,11 +39,9 @@ import glob
 import json
 import math
 import os
-import platform
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -969,14 +967,14 @@ def compare(args):
             runs[(lvl, "dating_manual")] = {"service": "dating_manual", "missing": manual_missing}
         svcs = ["dating"] if manual_missing else ["dating", "dating_manual"]
         if args.side_by_side and len(svcs) == 2:
-            # --both-orders: the pair once in each order, back to back at each load
-            for swapped in ((False, True) if args.both_orders else (args.swap_sides,)):
-                second = swapped and args.both_orders
-                got = run_side_by_side(svcs[::-1] if swapped else svcs, target, args,
-                                       lvl + "-swapped" if second else lvl)
+            # (sides swapped, where the runs go, label); --both-orders: both, back to back
+            orders = ([(False, runs, lvl), (True, runs_swapped, lvl + "-swapped")] if args.both_orders
+                      else [(args.swap_sides, runs, lvl)])
+            for swapped, into, label in orders:
+                got = run_side_by_side(svcs[::-1] if swapped else svcs, target, args, label)
                 for svc, r in got.items():
                     log(summary_line(r))
-                    (runs_swapped if second else runs)[(lvl, svc)] = r
+                    into[(lvl, svc)] = r
         else:
             for svc in svcs:
                 r = run_once(svc, target, args.duration, args, label="%s-%s" % (lvl, svc))
@@ -1109,9 +1107,7 @@ def ratios_of(runs):
 
     def sd(lvl, svc):
         r = runs.get((lvl, svc))
-        if not r or r.get("missing"):
-            return {}
-        return r["setup_delay_hold"] if r["setup_delay_hold"].get("n") else r["setup_delay"]
+        return setup_stats_of(r) if r and not r.get("missing") else {}
 
     out = {}
     for lvl in ("expected", "overload"):
@@ -1536,7 +1532,7 @@ def main():
                          "target/release/tandem), e.g. target/pgo/release/tandem from "
                          "bench/dating/pgo.sh; recorded in dating.json and the report")
     args = ap.parse_args()
-    if args.both_orders and not (args.compare and args.side_by_side) or args.both_orders and args.swap_sides:
+    if args.both_orders and (not (args.compare and args.side_by_side) or args.swap_sides):
         ap.error("--both-orders goes with --compare --side-by-side, and not with --swap-sides")
     if args.binary:
         global BINARY
