@@ -14,6 +14,7 @@
 
 pub mod ast;
 mod check;
+pub mod codegen;
 mod diagnostic;
 pub mod diagram;
 mod nondet;
