@@ -2074,7 +2074,7 @@ impl<H: Handler> Env for EvalEnv<'_, '_, H> {
 /// A request that enables no transition still needs an answer, or its sender retransmits it
 /// for 32 s: OPTIONS (a keep-alive ping) gets 200, anything else 481 inside a dialog (the call
 /// is not in a state that takes it) or 405 outside one.
-fn answer_absorbed(ctx: &mut Context<'_>, event: &Event<'_>) {
+pub(crate) fn answer_absorbed(ctx: &mut Context<'_>, event: &Event<'_>) {
     let Trigger::Request { msg, tx: Some(tx), flow, kind } = &event.trigger else { return };
     let status = match msg.method() {
         Some(tandem_sip::Method::Ack) | None => return,

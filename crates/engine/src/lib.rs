@@ -9,7 +9,9 @@
 //! absorbed.
 #![forbid(unsafe_code)]
 
+mod arm;
 mod compiled;
+pub mod dispatch;
 mod engine;
 mod eval;
 mod event;
@@ -22,6 +24,7 @@ mod sorted_set;
 mod stats;
 mod transition;
 
+pub use arm::ArmContext;
 pub use compiled::{CompileError, Compiled};
 pub use engine::{Handler, HandlerError, MachineService, Negotiator};
 pub use eval::Value;

@@ -13,52 +13,19 @@ use tandem_container::{
     executor_for, AttrValue, ContainerConfig, Core, CoreParts, IdSource, Locals, Metrics, Post, RouteRule, Service, ServiceId, Services,
     SessionId, SessionStore,
 };
-use tandem_engine::{Compiled, Handler, HandlerError, MachineService, Negotiator, Transition};
+use tandem_engine::dispatch::{Arms, CompiledService, Contract, Step};
+use tandem_engine::{ArmContext, Compiled, Handler, HandlerError, MachineService, Negotiator, Transition};
 use tandem_sip::{Flow, Transport};
 
-const PAIRING: &str = r#"
-service pairing
+/// The contract, also compiled to Rust by the build script (`pairing_contract` below) for the
+/// compiled dispatcher's runs.
+const PAIRING: &str = include_str!("pairing_stress.machine");
 
-role Party holds state {
-  peer: session Party
-  pairings: int
-  pokes: int
+/// `pairing_stress.machine` compiled by `tandem_contract::codegen` (build.rs).
+#[allow(clippy::all, dead_code)]
+mod pairing_contract {
+    include!(concat!(env!("OUT_DIR"), "/pairing_stress_contract.rs"));
 }
-
-states {
-  initial Idle
-  Waiting
-  Paired
-  final Done
-}
-
-transition Join: Idle -> Waiting
-  when msg.method == INVITE
-  handles msg.sips
-
-transition Pair: Waiting -> Paired
-  let p = session(msg.payl)
-  when msg.method == MESSAGE && p != null && p != msg.sips && p.state == Waiting
-  handles msg.sips, p
-  moves p -> Paired
-
-transition Busy: Waiting -> same
-  let p = session(msg.payl)
-  when msg.method == MESSAGE && (p == null || p == msg.sips || p.state != Waiting)
-  handles msg.sips
-
-transition Late: Paired -> same
-  when msg.method == MESSAGE
-  handles msg.sips
-
-transition Hangup: Waiting, Paired -> Done
-  when msg.method == BYE
-  handles msg.sips
-
-transition Poke: Paired -> same
-  when msg.method == INFO
-  handles msg.sips, msg.sips.peer
-"#;
 
 /// `poke`: the Busy arm also tries to write to the session named in the message, which its
 /// contract did not acquire; the engine must refuse that.
@@ -66,15 +33,18 @@ struct Pairing {
     poke: bool,
 }
 
-tandem_engine::arms! {
-    enum Arm { Join, Pair, Busy, Late, Hangup, Poke }
+use pairing_contract::T as Arm;
+
+fn arm_named(name: &str) -> Option<Arm> {
+    let index = <pairing_contract::Machine as Contract>::NAMES.iter().position(|n| *n == name)?;
+    pairing_contract::TS.get(index).copied()
 }
 
 impl Handler for Pairing {
     type Arm = Arm;
 
     fn arm(&self, name: &str) -> Option<Arm> {
-        Arm::from_name(name)
+        arm_named(name)
     }
 
     fn do_transition(&self, arm: Arm, t: &mut Transition<'_, '_>) -> Result<(), HandlerError> {
@@ -84,44 +54,54 @@ impl Handler for Pairing {
                 panic!("the engine let a transition write to a session it did not acquire");
             }
         }
-        match arm {
-            Arm::Join => {
-                let me = t.accept()?;
-                t.set_role(me, "Party")?;
-                t.set_attr(me, "pairings", AttrValue::Int(0))?;
-                t.answer(me, 200, None)?;
-            }
-            Arm::Pair => {
-                let me = t.sips().ok_or_else(|| HandlerError("no session".into()))?;
-                let peer = t.resolve(&t.event().payload()).ok_or_else(|| HandlerError("peer vanished".into()))?;
-                for (a, b) in [(me, peer), (peer, me)] {
-                    t.set_attr(a, "peer", AttrValue::Session(b))?;
-                    let n = match t.attr(a, "pairings")? {
-                        Some(AttrValue::Int(n)) => n,
-                        _ => 0,
-                    };
-                    t.set_attr(a, "pairings", AttrValue::Int(n + 1))?;
-                }
-                t.respond(200);
-            }
-            // Both sessions of the pair count every poke of either: a lost update shows as a
-            // pair whose counts differ, or a total that is not twice the pokes taken.
-            Arm::Poke => {
-                let me = t.sips().ok_or_else(|| HandlerError("no session".into()))?;
-                let peer = t.session_attr(me, "peer")?.ok_or_else(|| HandlerError("no peer".into()))?;
-                for s in [me, peer] {
-                    let n = match t.attr(s, "pokes")? {
-                        Some(AttrValue::Int(n)) => n,
-                        _ => 0,
-                    };
-                    t.set_attr(s, "pokes", AttrValue::Int(n + 1))?;
-                }
-                t.respond(200);
-            }
-            Arm::Busy | Arm::Late | Arm::Hangup => t.respond(200),
-        }
-        Ok(())
+        run_arm(arm, t)
     }
+}
+
+/// The compiled contract's service runs the same arms.
+impl Arms<pairing_contract::Machine> for Pairing {
+    fn run(&self, arm: Arm, step: &mut Step<'_, '_, pairing_contract::Machine>) -> Result<(), HandlerError> {
+        run_arm(arm, step)
+    }
+}
+
+fn run_arm(arm: Arm, t: &mut impl ArmContext) -> Result<(), HandlerError> {
+    match arm {
+        Arm::Join => {
+            let me = t.accept()?;
+            t.set_role_and_attrs(me, "Party", [("pairings", AttrValue::Int(0))])?;
+            t.answer(me, 200, None)?;
+        }
+        Arm::Pair => {
+            let me = t.sips().ok_or_else(|| HandlerError("no session".into()))?;
+            let peer = t.session_var("p").ok_or_else(|| HandlerError("peer vanished".into()))?;
+            for (a, b) in [(me, peer), (peer, me)] {
+                t.set_attr(a, "peer", AttrValue::Session(b))?;
+                let n = match t.attr(a, "pairings")? {
+                    Some(AttrValue::Int(n)) => n,
+                    _ => 0,
+                };
+                t.set_attr(a, "pairings", AttrValue::Int(n + 1))?;
+            }
+            t.respond(200);
+        }
+        // Both sessions of the pair count every poke of either: a lost update shows as a
+        // pair whose counts differ, or a total that is not twice the pokes taken.
+        Arm::Poke => {
+            let me = t.sips().ok_or_else(|| HandlerError("no session".into()))?;
+            let peer = t.session_attr(me, "peer")?.ok_or_else(|| HandlerError("no peer".into()))?;
+            for s in [me, peer] {
+                let n = match t.attr(s, "pokes")? {
+                    Some(AttrValue::Int(n)) => n,
+                    _ => 0,
+                };
+                t.set_attr(s, "pokes", AttrValue::Int(n + 1))?;
+            }
+            t.respond(200);
+        }
+        Arm::Busy | Arm::Late | Arm::Hangup => t.respond(200),
+    }
+    Ok(())
 }
 
 enum Input {
@@ -130,16 +110,61 @@ enum Input {
     Stop,
 }
 
-struct Sim {
+/// What the runs read of a service, on the engine or on the compiled contract.
+trait Counts {
+    fn transition_count(&self, name: &str) -> u64;
+    fn failures(&self, name: &str) -> u64;
+    fn absorbed(&self) -> u64;
+    /// Locks still held in the engine's lock table (the compiled dispatcher has none).
+    fn held_locks(&self) -> usize;
+}
+
+impl Counts for MachineService<Pairing> {
+    fn transition_count(&self, name: &str) -> u64 {
+        MachineService::transition_count(self, name)
+    }
+    fn failures(&self, name: &str) -> u64 {
+        MachineService::failures(self, name)
+    }
+    fn absorbed(&self) -> u64 {
+        MachineService::absorbed(self)
+    }
+    fn held_locks(&self) -> usize {
+        MachineService::held_locks(self)
+    }
+}
+
+type CompiledPairing = CompiledService<pairing_contract::Machine, Pairing>;
+
+impl Counts for CompiledPairing {
+    fn transition_count(&self, name: &str) -> u64 {
+        CompiledService::transition_count(self, name)
+    }
+    fn failures(&self, name: &str) -> u64 {
+        CompiledService::failures(self, name)
+    }
+    fn absorbed(&self) -> u64 {
+        CompiledService::absorbed(self)
+    }
+    fn held_locks(&self) -> usize {
+        0
+    }
+}
+
+struct Sim<S> {
     inboxes: Vec<mpsc::Sender<Input>>,
     threads: Vec<std::thread::JoinHandle<()>>,
     store: Arc<SessionStore>,
-    service: Arc<MachineService<Pairing>>,
+    service: Arc<S>,
 }
 
-fn start(executors: usize, negotiator: Negotiator, seed: u64, poke: bool) -> Sim {
+fn start(executors: usize, negotiator: Negotiator, seed: u64, poke: bool) -> Sim<MachineService<Pairing>> {
     let machine = tandem_contract::parse(PAIRING).expect("pairing contract parses");
     let service = MachineService::new("pairing", Compiled::new(machine).unwrap(), Pairing { poke }, negotiator, None).unwrap();
+    start_with(executors, seed, service)
+}
+
+fn start_with<S: Service + 'static>(executors: usize, seed: u64, service: Arc<S>) -> Sim<S> {
     let services = Arc::new(Services::new(vec![("pairing".to_string(), service.clone() as Arc<dyn Service>)]));
     let store = Arc::new(SessionStore::default());
     let metrics = Arc::new(Metrics::new(executors));
@@ -185,13 +210,13 @@ fn start(executors: usize, negotiator: Negotiator, seed: u64, poke: bool) -> Sim
     Sim { inboxes: senders, threads, store, service }
 }
 
-impl Sim {
+impl<S> Sim<S> {
     fn send(&self, call_id: &str, text: String) {
         let executor = executor_for(call_id, self.inboxes.len() as u16) as usize;
         self.inboxes[executor].send(Input::Sip(Bytes::from(text))).expect("executor alive");
     }
 
-    fn stop(self) -> (Arc<SessionStore>, Arc<MachineService<Pairing>>) {
+    fn stop(self) -> (Arc<SessionStore>, Arc<S>) {
         for tx in &self.inboxes {
             let _ = tx.send(Input::Stop);
         }
@@ -238,6 +263,51 @@ fn run_with(
     // Every direct prediction kept (single-assign: every message here, the MESSAGEs' `let`s
     // and peer sessions included) is checked against the general evaluator under the locks.
     sim.service.set_verify_direct(true);
+    let sessions = drive(&sim, executions, rounds, seed);
+    let elapsed = started.elapsed();
+    let (store, service) = sim.stop();
+    check_invariants(&store, &sessions, &*service);
+    assert_eq!(service.direct_mismatches(), 0, "a direct prediction differs from the general evaluator");
+    check_pokes(&store, &sessions, &*service);
+    if negotiator == Negotiator::SingleAssign {
+        let messages = (executions * (2 * rounds + 1)) as u64;
+        assert!(
+            service.direct_predictions() >= messages,
+            "not every message was predicted directly: {} of {messages}",
+            service.direct_predictions()
+        );
+        // Every message may take the fast path, verified like the direct path: the INVITEs,
+        // the MESSAGEs of a paired execution, and those that read the session their payload
+        // names (Pair, Busy), the INFOs (a poke's commit sets again the memo its arm's writes
+        // made stale). It falls back on a busy lock or a session changed meanwhile: often with
+        // a few executions and many rounds, whose pokes race on the same pairs.
+        let percent = if executions < 20 { 50 } else { 90 };
+        assert!(
+            service.fast_selections() * 100 >= messages * percent,
+            "too few messages took the fast path: {} of {messages}",
+            service.fast_selections()
+        );
+    }
+    eprintln!(
+        "{negotiator:?}: {executors} executors, {executions} executions, {} messages in {elapsed:?}: pairs {}, back-offs {}, \
+         predictions evaluated again {}, fast selections {}, pokes {}",
+        executions * (2 * rounds + 1),
+        service.transition_count("Pair"),
+        service.backoffs(),
+        service.reevaluations(),
+        service.fast_selections(),
+        service.transition_count("Poke")
+    );
+    for (id, _) in &sessions {
+        let poked = store.session(*id).and_then(|c| c.lock().attributes.get_bool("poked"));
+        assert_eq!(poked, None, "a transition wrote to a session it had not acquired");
+    }
+    service
+}
+
+/// Joins `executions` executions, then sends `rounds` rounds of traffic and waits until every
+/// message was handled. Returns each execution's session (ID and local tag).
+fn drive<S: Counts>(sim: &Sim<S>, executions: usize, rounds: usize, seed: u64) -> Vec<(SessionId, String)> {
     for i in 0..executions {
         sim.send(&format!("call-{i}"), invite(i));
     }
@@ -277,45 +347,7 @@ fn run_with(
         }
         assert!(Instant::now() < settle, "messages not all handled: {total} of {}", executions * rounds);
     }
-    let elapsed = started.elapsed();
-    let (store, service) = sim.stop();
-    check_invariants(&store, &sessions, &service);
-    assert_eq!(service.direct_mismatches(), 0, "a direct prediction differs from the general evaluator");
-    check_pokes(&store, &sessions, &service);
-    if negotiator == Negotiator::SingleAssign {
-        let messages = (executions * (2 * rounds + 1)) as u64;
-        assert!(
-            service.direct_predictions() >= messages,
-            "not every message was predicted directly: {} of {messages}",
-            service.direct_predictions()
-        );
-        // Every message may take the fast path, verified like the direct path: the INVITEs,
-        // the MESSAGEs of a paired execution, and those that read the session their payload
-        // names (Pair, Busy), the INFOs (a poke's commit sets again the memo its arm's writes
-        // made stale). It falls back on a busy lock or a session changed meanwhile: often with
-        // a few executions and many rounds, whose pokes race on the same pairs.
-        let percent = if executions < 20 { 50 } else { 90 };
-        assert!(
-            service.fast_selections() * 100 >= messages * percent,
-            "too few messages took the fast path: {} of {messages}",
-            service.fast_selections()
-        );
-    }
-    eprintln!(
-        "{negotiator:?}: {executors} executors, {executions} executions, {} messages in {elapsed:?}: pairs {}, back-offs {}, \
-         predictions evaluated again {}, fast selections {}, pokes {}",
-        executions * (2 * rounds + 1),
-        service.transition_count("Pair"),
-        service.backoffs(),
-        service.reevaluations(),
-        service.fast_selections(),
-        service.transition_count("Poke")
-    );
-    for (id, _) in &sessions {
-        let poked = store.session(*id).and_then(|c| c.lock().attributes.get_bool("poked"));
-        assert_eq!(poked, None, "a transition wrote to a session it had not acquired");
-    }
-    service
+    sessions
 }
 
 /// Each execution's session (ID and local tag), found by Call-ID in the shared store.
@@ -332,7 +364,7 @@ fn find_sessions(store: &SessionStore, executions: usize) -> Vec<Option<(Session
     found
 }
 
-fn check_invariants(store: &SessionStore, sessions: &[(SessionId, String)], service: &MachineService<Pairing>) {
+fn check_invariants(store: &SessionStore, sessions: &[(SessionId, String)], service: &impl Counts) {
     let mut paired = 0;
     for (id, _) in sessions {
         let cell = store.session(*id).expect("session alive");
@@ -361,7 +393,7 @@ fn check_invariants(store: &SessionStore, sessions: &[(SessionId, String)], serv
 
 /// Every poke counted on both sessions of its pair, none lost: each paired session's count is
 /// its peer's, and all counts add up to twice the pokes taken (none failed).
-fn check_pokes(store: &SessionStore, sessions: &[(SessionId, String)], service: &MachineService<Pairing>) {
+fn check_pokes(store: &SessionStore, sessions: &[(SessionId, String)], service: &impl Counts) {
     let pokes = |id: SessionId| store.session(id).expect("session alive").lock().attributes.get_int("pokes").unwrap_or(0);
     let mut total = 0;
     for (id, _) in sessions {
@@ -436,6 +468,50 @@ fn single_assign_negotiator_under_contention() {
     eprintln!("predictions evaluated again: {reevaluated}");
 }
 
+/// The contract compiled to Rust (`tandem_engine::dispatch`, decision 0008) under the same
+/// traffic: pairs across executors (the payload's peer, locked in order or by try-lock and
+/// back-off) and pokes racing on both sessions of a pair (`msg.sips.peer`). The same
+/// invariants: symmetric pairs, nobody paired twice, no lost update, no session left locked.
+fn run_compiled(executors: usize, executions: usize, rounds: usize, seed: u64) -> Arc<CompiledPairing> {
+    let started = Instant::now();
+    let sim = start_with(executors, seed, CompiledService::new("pairing", Pairing { poke: false }, None));
+    let sessions = drive(&sim, executions, rounds, seed);
+    let elapsed = started.elapsed();
+    let (store, service) = sim.stop();
+    check_invariants(&store, &sessions, &*service);
+    check_pokes(&store, &sessions, &*service);
+    for cell in store.snapshot() {
+        assert!(cell.try_lock().is_some(), "a session was left locked");
+    }
+    eprintln!(
+        "compiled: {executors} executors, {executions} executions, {} messages in {elapsed:?}: pairs {}, lock retries {}, pokes {}",
+        executions * (2 * rounds + 1),
+        service.transition_count("Pair"),
+        service.lock_retries(),
+        service.transition_count("Poke")
+    );
+    service
+}
+
+#[test]
+fn compiled_contract_rendezvous() {
+    for seed in 0..3 {
+        run_compiled(3, 200, 5, seed);
+    }
+    run_compiled(1, 200, 5, 7);
+}
+
+/// Few executions and many rounds: peers ordered before the holder are often busy, so the
+/// dispatcher releases and takes both in order; the invariants must hold all the same.
+#[test]
+fn compiled_contract_under_contention() {
+    let mut retries = 0;
+    for seed in 0..5 {
+        retries += run_compiled(3, 8, 60, seed).lock_retries();
+    }
+    eprintln!("compiled: lock retries {retries}");
+}
+
 /// A handler without an arm for one of the contract's transitions is refused when the service
 /// is built, not when that transition first runs.
 #[test]
@@ -444,7 +520,7 @@ fn a_transition_without_an_arm_is_refused_at_build_time() {
     impl Handler for NoHangup {
         type Arm = Arm;
         fn arm(&self, name: &str) -> Option<Arm> {
-            Arm::from_name(name).filter(|a| *a != Arm::Hangup)
+            arm_named(name).filter(|a| *a != Arm::Hangup)
         }
         fn do_transition(&self, _: Arm, _: &mut Transition<'_, '_>) -> Result<(), HandlerError> {
             Ok(())

@@ -1,0 +1,771 @@
+//! A contract compiled to Rust, and the dispatcher that runs it (decision 0008).
+//!
+//! `tandem_contract::codegen` turns a contract of one shape (see there) into a [`Contract`]:
+//! its states, roles, transitions and events as enums, and its selection as straight-line
+//! code. [`CompiledService`] runs such a contract with the service's arms: per message it
+//! locks the execution's state holder (the session of the role that `holds state`), reads the
+//! state, locks the one other execution the candidates may need (their *peer*: the session the
+//! payload names, or the one an attribute names), selects the transition, runs its arm, writes
+//! the states, and sends what the arm sent once every lock is released. No lock table, no
+//! records of what was read, no general outcome: what the engine decides from tables at run
+//! time is decided here by code generated from the contract.
+//!
+//! Locking, deadlock-free by order, as the hand-synchronized services do it:
+//! - state holders are the only sessions held together, at most two (the execution's and its
+//!   peer's), in the order of their IDs; a peer ordered before the holder is try-locked, and
+//!   when that fails the holder is released and both are taken in order, and the state read
+//!   again;
+//! - every other session (a role that keeps its state `via` a `once` attribute and has only
+//!   `once` attributes: nothing of it changes) is a leaf: locked only briefly, to read or act
+//!   on it, never while waiting for another lock;
+//! - unlike the engine's negotiators, a thread may block on a state holder another executor
+//!   holds: arms do not wait for anything (their sends go out after the locks are released),
+//!   so that wait is as short as one arm.
+
+use crate::arm::ArmContext;
+use crate::engine::{answer_absorbed, HandlerError, ROLE, STATE};
+use crate::event::{Event, Trigger};
+use crate::stats::ServiceStats;
+use crate::transition::{Body, SessionOp, TransitionError};
+use bytes::Bytes;
+use parking_lot::{MutexGuard, RawMutex};
+use smallvec::SmallVec;
+use std::cell::Cell;
+use std::fmt::Write;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+use tandem_container::{
+    ActionTicket, AppSessionId, AttrValue, Context, Destination, Request, ResponseEvent, Service, ServiceId, SessionCell, SessionId,
+    SipSession, TimerId, UaProfile,
+};
+use tandem_sip::{Message, Method};
+
+type PeerGuard = parking_lot::ArcMutexGuard<RawMutex, SipSession>;
+
+/// The other execution a transition locks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peer {
+    None,
+    /// `session(msg.payl)`.
+    Payload,
+    /// The state holder the message's session's attribute of this name names.
+    SipsAttr(&'static str),
+}
+
+/// What a guard reads of the message besides sessions.
+#[derive(Debug, Clone, Copy)]
+pub struct Facts<E> {
+    /// `msg.method`.
+    pub kind: E,
+    /// `msg.cseq`.
+    pub cseq: E,
+    /// `msg.status`.
+    pub status: u16,
+}
+
+/// The sessions a guard reads, as the dispatcher holds them.
+pub trait Reads<S> {
+    /// `msg.sips`.
+    fn sips(&self) -> Option<SessionId>;
+    /// `session(msg.payl)`.
+    fn payload(&self) -> Option<SessionId>;
+    /// A session attribute of `of`.
+    fn attr(&self, of: Option<SessionId>, name: &'static str) -> Option<SessionId>;
+    /// The state of `of`'s execution.
+    fn state(&self, of: Option<SessionId>) -> Option<S>;
+}
+
+/// A contract compiled by `tandem_contract::codegen`.
+pub trait Contract: Send + Sync + 'static {
+    type State: Copy + Eq + std::fmt::Debug + Send + Sync + 'static;
+    type Role: Copy + Eq + std::fmt::Debug + Send + Sync + 'static;
+    type T: Copy + Eq + std::fmt::Debug + Send + Sync + 'static;
+    type Ev: Copy + Eq + std::fmt::Debug + Send + Sync + 'static;
+    const SERVICE: &'static str;
+    /// The role whose sessions hold the execution's state.
+    const HOLDER: Self::Role;
+    const INITIAL: Self::State;
+    /// The transitions' names, in the contract's order.
+    const NAMES: &'static [&'static str];
+
+    fn state_name(s: Self::State) -> &'static str;
+    fn state_named(name: &str) -> Option<Self::State>;
+    fn is_final(s: Self::State) -> bool;
+    fn role_name(r: Self::Role) -> &'static str;
+    fn role_named(name: &str) -> Option<Self::Role>;
+    /// The `once` attribute by which a session of role `r` reaches its state holder.
+    fn via(r: Self::Role) -> Option<&'static str>;
+    /// The event of a method code ([`Event::method_code`]).
+    fn ev(code: Option<usize>) -> Self::Ev;
+    /// The transition's place in [`Self::NAMES`].
+    fn index(t: Self::T) -> usize;
+    fn target(t: Self::T, from: Self::State) -> Self::State;
+    /// The state the transition moves its peer to.
+    fn moves(t: Self::T) -> Option<Self::State>;
+    /// The peer a message of event `ev` may need in `state` (its candidates').
+    fn plan(state: Self::State, ev: Self::Ev) -> Peer;
+    /// The transition the message takes, or None (absorbed).
+    fn select(state: Self::State, role: Option<Self::Role>, ev: &Facts<Self::Ev>, r: &impl Reads<Self::State>) -> Option<Self::T>;
+}
+
+/// A service's arms for a compiled contract.
+pub trait Arms<C: Contract>: Send + Sync + 'static {
+    fn run(&self, t: C::T, step: &mut Step<'_, '_, C>) -> Result<(), HandlerError>;
+}
+
+fn role_of<C: Contract>(s: &SipSession) -> Option<C::Role> {
+    C::role_named(s.attributes.get_str(ROLE)?)
+}
+
+/// A state holder's state; one without `@state` is in the initial state (as the engine reads it).
+fn state_of<C: Contract>(s: &SipSession) -> Option<C::State> {
+    match s.attributes.get_str(STATE) {
+        None => Some(C::INITIAL),
+        Some(name) => C::state_named(name),
+    }
+}
+
+fn set_state<C: Contract>(s: &mut SipSession, to: C::State) {
+    s.attributes.set_str(STATE, C::state_name(to));
+}
+
+/// The session ID the payload names (whether such a session exists is not checked).
+fn parse_payload(event: &Event<'_>) -> Option<SessionId> {
+    let body = event.message()?.body();
+    std::str::from_utf8(&body).ok()?.trim().parse().ok()
+}
+
+/// `session(msg.payl)`'s ID, if such a session is in the store.
+fn payload_id(ctx: &Context<'_>, event: &Event<'_>) -> Option<SessionId> {
+    parse_payload(event).filter(|id| ctx.session(*id).is_some())
+}
+
+/// A peer that is gone for the transition: removed, another service's, in a final state (its
+/// executor is about to end it), or not a state holder.
+fn gone<C: Contract>(s: &SipSession, service: ServiceId) -> bool {
+    s.is_removed() || s.service != service || role_of::<C>(s) != Some(C::HOLDER) || state_of::<C>(s).is_none_or(C::is_final)
+}
+
+struct View<'v, 'a, C: Contract> {
+    ctx: &'v Context<'a>,
+    event: &'v Event<'v>,
+    sips: Option<SessionId>,
+    holder: Option<(SessionId, &'v SipSession, C::State)>,
+    peer: Option<(SessionId, &'v SipSession)>,
+    /// A peer found gone: not read (it may be held by the transition that ended it).
+    gone_peer: Option<SessionId>,
+    /// `session(msg.payl)`, read the first time a guard asks.
+    payload: Cell<Option<Option<SessionId>>>,
+    /// A payload peer found gone (see [`gone`]): null for the guards, as the engine reads it.
+    payload_gone: bool,
+}
+
+impl<C: Contract> View<'_, '_, C> {
+    fn read<R>(&self, id: SessionId, f: impl FnOnce(&SipSession) -> Option<R>) -> Option<R> {
+        match (self.holder, self.peer) {
+            (Some((h, s, _)), _) if h == id => f(s),
+            (_, Some((p, s))) if p == id => f(s),
+            _ if self.gone_peer == Some(id) => None,
+            // A leaf: locked briefly. Guards reach only leaves besides the held sessions (the
+            // generator gates the payload's reads on the events its plan locks it for).
+            _ => {
+                let cell = self.ctx.session(id)?;
+                let s = cell.lock();
+                if s.is_removed() {
+                    return None;
+                }
+                f(&s)
+            }
+        }
+    }
+}
+
+impl<C: Contract> Reads<C::State> for View<'_, '_, C> {
+    fn sips(&self) -> Option<SessionId> {
+        self.sips
+    }
+
+    fn payload(&self) -> Option<SessionId> {
+        if self.payload_gone {
+            return None;
+        }
+        if let Some(p) = self.payload.get() {
+            return p;
+        }
+        let p = payload_id(self.ctx, self.event);
+        self.payload.set(Some(p));
+        p
+    }
+
+    fn attr(&self, of: Option<SessionId>, name: &'static str) -> Option<SessionId> {
+        self.read(of?, |s| s.attributes.get_session(name))
+    }
+
+    fn state(&self, of: Option<SessionId>) -> Option<C::State> {
+        let of = of?;
+        match (self.holder, self.peer) {
+            (Some((h, _, state)), _) if h == of => Some(state),
+            (_, Some((p, s))) if p == of => state_of::<C>(s),
+            _ => {
+                // A leaf of a held execution: its holder's state.
+                let (role, via) = self.read(of, |s| Some((role_of::<C>(s)?, s.attributes.get_session(C::via(role_of::<C>(s)?)?))))?;
+                match (self.holder, self.peer) {
+                    _ if role == C::HOLDER => None,
+                    (Some((h, _, state)), _) if Some(h) == via => Some(state),
+                    (_, Some((p, s))) if Some(p) == via => state_of::<C>(s),
+                    _ => None,
+                }
+            }
+        }
+    }
+}
+
+/// Where an arm's action goes.
+enum Target {
+    Holder,
+    Peer,
+    Leaf(SessionCell),
+}
+
+struct Act {
+    target: Target,
+    /// A held session's place in its order of actions, taken under its lock once the arm
+    /// has succeeded (the target is then a `Leaf` with its cell).
+    ticket: Option<ActionTicket>,
+    op: SessionOp,
+}
+
+/// What an arm sends, inline up to four actions (the dating T7 sends four), in a buffer of the
+/// dispatcher's frame: moved neither into the arm nor out of it.
+type Acts = SmallVec<[Act; 4]>;
+
+/// What an arm gets from a [`CompiledService`]: the held sessions, the sessions it creates, and
+/// actions that take effect once the transition commits and every lock is released.
+pub struct Step<'s, 'a, C: Contract> {
+    ctx: &'s mut Context<'a>,
+    event: &'s Event<'s>,
+    holder: Option<(SessionId, &'s mut SipSession)>,
+    peer: Option<(SessionId, &'s mut SipSession)>,
+    /// The message's session when it is a leaf, with the `once` attribute naming its holder:
+    /// an arm reading that attribute gets the holder without locking the leaf again.
+    sips_via: Option<(SessionId, &'static str)>,
+    payload: Option<SessionId>,
+    created: SmallVec<[(SessionId, SessionCell); 2]>,
+    created_sips: Option<SessionId>,
+    /// The created session the arm gave the state-holding role (an initial transition's).
+    created_holder: Option<SessionId>,
+    created_app: Option<AppSessionId>,
+    respond: Option<u16>,
+    acts: &'s mut Acts,
+    _contract: PhantomData<fn() -> C>,
+}
+
+impl<C: Contract> Step<'_, '_, C> {
+    fn with<R>(&mut self, id: SessionId, write: bool, f: impl FnOnce(&mut SipSession) -> R) -> Result<R, TransitionError> {
+        if let Some((h, s)) = &mut self.holder {
+            if *h == id {
+                return Ok(f(s));
+            }
+        }
+        if let Some((p, s)) = &mut self.peer {
+            if *p == id {
+                return Ok(f(s));
+            }
+        }
+        if let Some((_, cell)) = self.created.iter().find(|(c, _)| *c == id) {
+            return Ok(f(&mut cell.lock()));
+        }
+        if write {
+            // Only held and created sessions change: another session is a leaf (all `once`).
+            return Err(TransitionError::NotAcquired(id));
+        }
+        let cell = self.ctx.session(id).ok_or(TransitionError::NoSuchSession(id))?;
+        let mut s = cell.lock();
+        if s.is_removed() {
+            return Err(TransitionError::NoSuchSession(id));
+        }
+        Ok(f(&mut s))
+    }
+
+    fn on_session(&mut self, session: SessionId, op: SessionOp) -> Result<(), TransitionError> {
+        let target = match (&self.holder, &self.peer) {
+            (Some((h, _)), _) if *h == session => Target::Holder,
+            (_, Some((p, _))) if *p == session => Target::Peer,
+            _ => match self.created.iter().find(|(c, _)| *c == session) {
+                Some((_, cell)) => Target::Leaf(cell.clone()),
+                // A session gone meanwhile (the engine skips its actions too).
+                None => match self.ctx.session(session) {
+                    Some(cell) => Target::Leaf(cell),
+                    None => return Ok(()),
+                },
+            },
+        };
+        self.acts.push(Act { target, ticket: None, op });
+        Ok(())
+    }
+
+    fn app(&mut self) -> Option<AppSessionId> {
+        self.created_app.or(self.event.app).or_else(|| self.holder.as_ref().map(|(_, s)| s.app))
+    }
+}
+
+impl<C: Contract> ArmContext for Step<'_, '_, C> {
+    fn sips(&self) -> Option<SessionId> {
+        self.event.session.or(self.created_sips)
+    }
+
+    fn body(&self) -> Bytes {
+        self.event.body()
+    }
+
+    fn status(&self) -> u16 {
+        self.event.status()
+    }
+
+    fn accept(&mut self) -> Result<SessionId, TransitionError> {
+        let Trigger::Request { msg, tx, flow, kind } = &self.event.trigger else {
+            return Err(TransitionError::NotARequest("accepted"));
+        };
+        let req = Request::new(msg, *tx, *flow, *kind, self.event.session, self.event.app);
+        let app = self.ctx.create_app_session();
+        self.created_app = Some(app);
+        let id = self.ctx.accept(&req, Some(app))?;
+        if let Some(cell) = self.ctx.session(id) {
+            self.created.push((id, cell));
+        }
+        self.created_sips = Some(id);
+        Ok(id)
+    }
+
+    fn create_leg(&mut self, from_uri: &str, to_uri: &str, target: Destination) -> Result<SessionId, TransitionError> {
+        let app = self.app().ok_or(TransitionError::NotARequest("given a leg"))?;
+        let id = self.ctx.create_uac_session(app, from_uri, to_uri, target)?;
+        if let Some(cell) = self.ctx.session(id) {
+            self.created.push((id, cell));
+        }
+        Ok(id)
+    }
+
+    fn set_role_and_attrs<const N: usize>(
+        &mut self,
+        id: SessionId,
+        role: &str,
+        attrs: [(&str, AttrValue); N],
+    ) -> Result<(), TransitionError> {
+        let Some(r) = C::role_named(role) else { return Err(TransitionError::UnknownRole(role.to_string())) };
+        if r == C::HOLDER && self.created.iter().any(|(c, _)| *c == id) {
+            self.created_holder = Some(id);
+        }
+        self.with(id, true, |s| {
+            s.attributes.set(ROLE, AttrValue::Str(role.to_string()));
+            for (name, value) in attrs {
+                s.attributes.set(name, value);
+            }
+        })
+    }
+
+    fn attr(&mut self, id: SessionId, name: &str) -> Result<Option<AttrValue>, TransitionError> {
+        self.with(id, false, |s| s.attributes.get(name).cloned())
+    }
+
+    fn session_attr(&mut self, id: SessionId, name: &str) -> Result<Option<SessionId>, TransitionError> {
+        if let (Some((sips, via)), Some((holder, _))) = (self.sips_via, &self.holder) {
+            if sips == id && via == name {
+                return Ok(Some(*holder));
+            }
+        }
+        self.with(id, false, |s| s.attributes.get_session(name))
+    }
+
+    fn set_attr(&mut self, id: SessionId, name: &str, value: AttrValue) -> Result<(), TransitionError> {
+        self.with(id, true, |s| {
+            s.attributes.set(name, value);
+        })
+    }
+
+    /// The compiled contracts have one `let` (`session(msg.payl)`): whatever its name.
+    fn session_var(&self, _name: &str) -> Option<SessionId> {
+        self.payload
+    }
+
+    fn respond(&mut self, status: u16) {
+        self.respond = Some(status);
+    }
+
+    fn answer(&mut self, session: SessionId, status: u16, body: Option<Body>) -> Result<(), TransitionError> {
+        self.on_session(session, SessionOp::Answer { status, body })
+    }
+
+    fn send(&mut self, session: SessionId, method: Method, body: Option<Body>) -> Result<(), TransitionError> {
+        self.on_session(session, SessionOp::Send { method, body })
+    }
+
+    fn bye(&mut self, session: SessionId) -> Result<(), TransitionError> {
+        self.on_session(session, SessionOp::Bye)
+    }
+
+    fn cancel(&mut self, session: SessionId) -> Result<(), TransitionError> {
+        self.on_session(session, SessionOp::Cancel)
+    }
+
+    fn set_timer(&mut self, delay: Duration, name: &'static str) -> Result<TimerId, TransitionError> {
+        let app = self.app().ok_or(TransitionError::NotARequest("given a timer"))?;
+        Ok(self.ctx.set_timer(app, delay, name)?)
+    }
+}
+
+/// A service whose contract was compiled to Rust, run with its arms.
+pub struct CompiledService<C: Contract, A: Arms<C>> {
+    name: String,
+    arms: A,
+    ua: Option<UaProfile>,
+    stats: ServiceStats,
+    names: Vec<String>,
+    /// Peers ordered before the holder that were busy: both released and taken in order.
+    lock_retries: AtomicU64,
+    _contract: PhantomData<fn() -> C>,
+}
+
+impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
+    /// The service, named `name` in its metrics and logs.
+    pub fn new(name: &str, arms: A, ua: Option<UaProfile>) -> Arc<Self> {
+        Arc::new(CompiledService {
+            name: name.to_string(),
+            arms,
+            ua,
+            stats: ServiceStats::new(C::NAMES.len()),
+            names: C::NAMES.iter().map(|n| n.to_string()).collect(),
+            lock_retries: AtomicU64::new(0),
+            _contract: PhantomData,
+        })
+    }
+
+    pub fn transition_count(&self, name: &str) -> u64 {
+        self.names.iter().position(|n| n == name).map_or(0, |i| self.stats.transitions[i].count.load(Relaxed))
+    }
+
+    pub fn failures(&self, name: &str) -> u64 {
+        self.names.iter().position(|n| n == name).map_or(0, |i| self.stats.transitions[i].failures.load(Relaxed))
+    }
+
+    pub fn absorbed(&self) -> u64 {
+        self.stats.absorbed.load(Relaxed)
+    }
+
+    pub fn lock_retries(&self) -> u64 {
+        self.lock_retries.load(Relaxed)
+    }
+
+    fn handle(&self, ctx: &mut Context<'_>, event: &Event<'_>) {
+        let cseq = event.message().and_then(Message::cseq).and_then(|c| c.method.standard_index());
+        let ev = Facts { kind: C::ev(event.method_code()), cseq: C::ev(cseq), status: event.status() };
+        let Some(sid) = event.session else { return self.initial(ctx, event, &ev) };
+        let Some(cell) = ctx.session(sid) else { return self.absorb(ctx, event) };
+        let g = cell.lock();
+        let role = if g.is_removed() { None } else { role_of::<C>(&g) };
+        match role {
+            // The message's session holds the state: keep its lock.
+            Some(r) if r == C::HOLDER => self.on_holder(ctx, event, &ev, r, sid, &cell, g),
+            Some(r) => {
+                // A leaf: its holder is a `once` attribute, read and let go.
+                let holder = C::via(r).and_then(|a| g.attributes.get_session(a));
+                drop(g);
+                let Some((h, hcell)) = holder.and_then(|h| Some((h, ctx.session(h)?))) else { return self.absorb(ctx, event) };
+                let hg = hcell.lock();
+                if hg.is_removed() || role_of::<C>(&hg) != Some(C::HOLDER) {
+                    drop(hg);
+                    return self.absorb(ctx, event);
+                }
+                self.on_holder(ctx, event, &ev, r, h, &hcell, hg)
+            }
+            None => {
+                drop(g);
+                self.absorb(ctx, event)
+            }
+        }
+    }
+
+    /// An initial request (no session yet): the initial state, no role, nothing to lock.
+    fn initial(&self, ctx: &mut Context<'_>, event: &Event<'_>, ev: &Facts<C::Ev>) {
+        if !matches!(event.trigger, Trigger::Request { .. }) {
+            return self.absorb(ctx, event);
+        }
+        let view: View<'_, '_, C> =
+            View { ctx, event, sips: None, holder: None, peer: None, gone_peer: None, payload: Cell::new(None), payload_gone: false };
+        let Some(t) = C::select(C::INITIAL, None, ev, &view) else { return self.absorb(ctx, event) };
+        let payload = view.payload.get().flatten();
+        let mut acts = Acts::new();
+        let mut step = self.step(ctx, event, None, None, None, payload, &mut acts);
+        let result = self.arms.run(t, &mut step);
+        let Step { respond, created_holder, created_app, created, .. } = step;
+        if let Err(e) = result {
+            return self.failed(ctx, t, e, created_app);
+        }
+        let to = C::target(t, C::INITIAL);
+        let mut ended = [None; 2];
+        if let Some((_, cell)) = created_holder.and_then(|h| created.iter().find(|(c, _)| *c == h)) {
+            let mut s = cell.lock();
+            if C::is_final(to) {
+                ended[0] = Some(s.app);
+            } else if to != C::INITIAL {
+                set_state::<C>(&mut s, to);
+            }
+        }
+        self.commit(ctx, event, t, respond, &mut acts, ended);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn step<'s, 'a>(
+        &self,
+        ctx: &'s mut Context<'a>,
+        event: &'s Event<'s>,
+        holder: Option<(SessionId, &'s mut SipSession)>,
+        peer: Option<(SessionId, &'s mut SipSession)>,
+        sips_via: Option<(SessionId, &'static str)>,
+        payload: Option<SessionId>,
+        acts: &'s mut Acts,
+    ) -> Step<'s, 'a, C> {
+        Step {
+            ctx,
+            event,
+            holder,
+            peer,
+            sips_via,
+            payload,
+            created: SmallVec::new(),
+            created_sips: None,
+            created_holder: None,
+            created_app: None,
+            respond: None,
+            acts,
+            _contract: PhantomData,
+        }
+    }
+
+    /// A message of the execution whose state holder `holder` is locked (`hg`).
+    #[allow(clippy::too_many_arguments)]
+    fn on_holder<'h>(
+        &self,
+        ctx: &mut Context<'_>,
+        event: &Event<'_>,
+        ev: &Facts<C::Ev>,
+        role: C::Role,
+        holder: SessionId,
+        hcell: &'h SessionCell,
+        mut hg: MutexGuard<'h, SipSession>,
+    ) {
+        let sips = event.session;
+        let mut payload: Option<Option<SessionId>> = None;
+        // A peer found gone (see `gone`): not held, null to the guards (as the engine reads a
+        // removed session), not read again.
+        let mut gone_peer = None;
+        // The state and the peer, read again if the locks had to be taken in order.
+        let (state, pg): (C::State, Option<(SessionId, PeerGuard)>) = loop {
+            let Some(state) = state_of::<C>(&hg) else {
+                drop(hg);
+                return self.absorb(ctx, event);
+            };
+            let plan = C::plan(state, ev.kind);
+            let peer = match plan {
+                Peer::None => None,
+                Peer::Payload => parse_payload(event),
+                Peer::SipsAttr(a) if sips == Some(holder) => hg.attributes.get_session(a),
+                Peer::SipsAttr(_) => None,
+            };
+            // One look-up: the peer's cell, and whether `session(msg.payl)` names a session.
+            let found = peer.filter(|p| *p != holder).map(|p| (p, ctx.session(p)));
+            if plan == Peer::Payload {
+                payload = Some(match &found {
+                    Some((_, None)) => None,
+                    _ => peer,
+                });
+            }
+            let Some((p, Some(pcell))) = found else { break (state, None) };
+            let g = if holder.0 < p.0 {
+                pcell.lock_arc()
+            } else if let Some(g) = pcell.try_lock_arc() {
+                g
+            } else {
+                // The peer comes first and is busy: release, take both in order, look again.
+                self.lock_retries.fetch_add(1, Relaxed);
+                drop(hg);
+                let g = pcell.lock_arc();
+                // Only a state holder is held while waiting for another lock.
+                let g = if gone::<C>(&g, ctx.service()) { None } else { Some(g) };
+                hg = hcell.lock();
+                if hg.is_removed() {
+                    drop(hg);
+                    return self.absorb(ctx, event);
+                }
+                let again = state_of::<C>(&hg);
+                let same = match again.map(|s| C::plan(s, ev.kind)) {
+                    Some(Peer::Payload) => true,
+                    Some(Peer::SipsAttr(a)) => sips == Some(holder) && hg.attributes.get_session(a) == Some(p),
+                    _ => false,
+                };
+                match (same, again, g) {
+                    (true, Some(again), Some(g)) => break (again, Some((p, g))),
+                    (true, Some(again), None) => {
+                        gone_peer = Some(p);
+                        break (again, None);
+                    }
+                    _ => continue,
+                }
+            };
+            if gone::<C>(&g, ctx.service()) {
+                gone_peer = Some(p);
+                break (state, None);
+            }
+            break (state, Some((p, g)));
+        };
+        let mut pg = pg;
+        let payload_gone = gone_peer.is_some() && matches!(C::plan(state, ev.kind), Peer::Payload);
+        let view: View<'_, '_, C> = View {
+            ctx,
+            event,
+            sips,
+            holder: Some((holder, &hg, state)),
+            peer: pg.as_ref().map(|(p, g)| (*p, &**g)),
+            gone_peer,
+            payload: Cell::new(payload),
+            payload_gone,
+        };
+        let Some(t) = C::select(state, Some(role), ev, &view) else {
+            drop(pg);
+            drop(hg);
+            return self.absorb(ctx, event);
+        };
+        let payload = if payload_gone { None } else { view.payload.get().flatten() };
+        let peer_cell = pg.as_ref().map(|(_, g)| parking_lot::lock_api::ArcMutexGuard::mutex(g).clone());
+        let mut acts = Acts::new();
+        let sips_via = match (sips, C::via(role)) {
+            (Some(id), Some(via)) if id != holder => Some((id, via)),
+            _ => None,
+        };
+        let peer = pg.as_mut().map(|(p, g)| (*p, &mut **g));
+        let mut step = self.step(ctx, event, Some((holder, &mut *hg)), peer, sips_via, payload, &mut acts);
+        let result = self.arms.run(t, &mut step);
+        let Step { respond, created_app, .. } = step;
+        if let Err(e) = result {
+            drop(pg);
+            drop(hg);
+            return self.failed(ctx, t, e, created_app);
+        }
+        let mut ended = [None; 2];
+        let to = C::target(t, state);
+        if C::is_final(to) {
+            ended[0] = Some(hg.app);
+        }
+        // A final state on the message's own session is not written: the execution ends next.
+        if to != state && !(C::is_final(to) && sips == Some(holder)) {
+            set_state::<C>(&mut hg, to);
+        }
+        if let (Some(moved), Some((_, g))) = (C::moves(t), pg.as_mut()) {
+            set_state::<C>(g, moved);
+            if C::is_final(moved) {
+                ended[1] = Some(g.app);
+            }
+        }
+        // Each held session's place in its order of actions, taken under its lock.
+        for act in acts.iter_mut() {
+            match act.target {
+                Target::Holder => {
+                    act.ticket = Some(hg.reserve_action());
+                    act.target = Target::Leaf(hcell.clone());
+                }
+                Target::Peer => {
+                    if let (Some(cell), Some((_, g))) = (&peer_cell, pg.as_mut()) {
+                        act.ticket = Some(g.reserve_action());
+                        act.target = Target::Leaf(cell.clone());
+                    }
+                }
+                Target::Leaf(_) => {}
+            }
+        }
+        drop(pg);
+        drop(hg);
+        self.commit(ctx, event, t, respond, &mut acts, ended);
+    }
+
+    /// Sends what the transition decided (every lock released), then ends the executions that
+    /// reached a final state.
+    fn commit(
+        &self,
+        ctx: &mut Context<'_>,
+        event: &Event<'_>,
+        t: C::T,
+        respond: Option<u16>,
+        acts: &mut Acts,
+        ended: [Option<AppSessionId>; 2],
+    ) {
+        if let (Some(status), Trigger::Request { msg, tx, flow, kind }) = (respond, &event.trigger) {
+            let req = Request::new(msg, *tx, *flow, *kind, event.session, event.app);
+            ctx.respond(&req, status);
+        }
+        // Drained in place: no move of the inline buffer.
+        for Act { target, ticket, op } in acts.drain(..) {
+            // Every target is a cell by now (the held sessions' were given theirs above).
+            let Target::Leaf(cell) = target else { continue };
+            let mut s = cell.lock();
+            let ticket = ticket.unwrap_or_else(|| s.reserve_action());
+            // At the session's home, in the order the actions were decided.
+            ctx.act_in_order(&cell, &mut s, ticket, move |ctx: &mut Context<'_>, s: &mut SipSession| op.apply_on(ctx, s));
+        }
+        for app in ended.into_iter().flatten() {
+            ctx.invalidate(app);
+        }
+        self.stats.transitions[C::index(t)].count.fetch_add(1, Relaxed);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn failed(&self, ctx: &mut Context<'_>, t: C::T, e: HandlerError, created_app: Option<AppSessionId>) {
+        tracing::warn!(service = %self.name, transition = C::NAMES[C::index(t)], error = %e, "transition failed; nothing sent");
+        self.stats.transitions[C::index(t)].failures.fetch_add(1, Relaxed);
+        if let Some(app) = created_app {
+            ctx.invalidate(app);
+        }
+    }
+
+    fn absorb(&self, ctx: &mut Context<'_>, event: &Event<'_>) {
+        self.stats.absorbed.fetch_add(1, Relaxed);
+        answer_absorbed(ctx, event);
+    }
+}
+
+impl<C: Contract, A: Arms<C>> Service for CompiledService<C, A> {
+    fn user_agent(&self) -> Option<&UaProfile> {
+        self.ua.as_ref()
+    }
+
+    fn on_request(&self, ctx: &mut Context<'_>, req: &Request<'_>) {
+        self.handle(ctx, &Event::from_request(req));
+    }
+
+    fn on_response(&self, ctx: &mut Context<'_>, session: SessionId, response: ResponseEvent<'_>) {
+        self.handle(ctx, &Event::from_response(session, &response));
+    }
+
+    fn on_timer(&self, ctx: &mut Context<'_>, app: AppSessionId, _timer: TimerId, name: &'static str) {
+        let session = ctx.with_app(app, |a| a.sessions.first().copied()).flatten();
+        self.handle(ctx, &Event { trigger: Trigger::Timer { name }, session, app: Some(app) });
+    }
+
+    fn on_cancelled(&self, ctx: &mut Context<'_>, session: SessionId) {
+        self.handle(ctx, &Event { trigger: Trigger::Cancelled, session: Some(session), app: None });
+    }
+
+    fn metrics_text(&self) -> String {
+        let mut out = self.stats.render(&self.name, &self.names);
+        let name = "tandem_compiled_lock_retries_total";
+        let _ = write!(
+            out,
+            "# HELP {name} Peers ordered before the state holder that were busy (both released and taken in order).\n# TYPE {name} counter\n{name}{{service=\"{}\"}} {}\n",
+            self.name,
+            self.lock_retries.load(Relaxed)
+        );
+        out
+    }
+}
