@@ -12,7 +12,8 @@ use bytes::Bytes;
 use serde::Deserialize;
 use std::sync::Arc;
 use tandem_container::{AttrValue, Destination, UaProfile};
-use tandem_engine::{Body, Compiled, Handler, HandlerError, MachineService, Negotiator, Transition};
+use tandem_engine::dispatch::{Arms, CompiledService, Contract, Step};
+use tandem_engine::{ArmContext, Body, Compiled, Handler, HandlerError, MachineService, Negotiator, Transition};
 use tandem_sip::Method;
 
 /// The contract, embedded so the binary runs without the source tree.
@@ -50,9 +51,18 @@ fn err(what: &str) -> HandlerError {
     HandlerError(what.to_string())
 }
 
+/// `services/dating.machine` compiled to Rust by the build script (`tandem_contract::codegen`),
+/// for [`dating_compiled_service`].
+#[allow(clippy::all, dead_code)]
+pub mod contract {
+    include!(concat!(env!("OUT_DIR"), "/dating_contract.rs"));
+}
+
+use contract::T as Arm;
+
 impl Dating {
     fn session_attr(
-        t: &mut Transition<'_, '_>,
+        t: &mut impl ArmContext,
         id: tandem_container::SessionId,
         name: &str,
     ) -> Result<tandem_container::SessionId, HandlerError> {
@@ -60,7 +70,7 @@ impl Dating {
     }
 
     /// The caller's SDP offer (shared, not copied).
-    fn sdp(t: &mut Transition<'_, '_>, caller: tandem_container::SessionId) -> Result<Body, HandlerError> {
+    fn sdp(t: &mut impl ArmContext, caller: tandem_container::SessionId) -> Result<Body, HandlerError> {
         Ok(match t.attr(caller, "sdp")? {
             Some(AttrValue::Bytes(b)) => Body::new(SDP, b),
             _ => Body::new(SDP, Bytes::new()),
@@ -68,24 +78,34 @@ impl Dating {
     }
 }
 
-tandem_engine::arms! {
-    /// The transitions of `services/dating.machine`.
-    pub enum Arm { T1, T2, T3, T4, T5, T6, T7, T8, T9, T10, T11, T12, T13, T14, T15, T16, T17, T18, T19, T20 }
-}
-
 impl Handler for Dating {
     type Arm = Arm;
 
     fn arm(&self, name: &str) -> Option<Arm> {
-        Arm::from_name(name)
+        let index = <contract::Machine as Contract>::NAMES.iter().position(|n| *n == name)?;
+        contract::TS.get(index).copied()
     }
 
     fn do_transition(&self, arm: Arm, t: &mut Transition<'_, '_>) -> Result<(), HandlerError> {
+        self.run_arm(arm, t)
+    }
+}
+
+impl Arms<contract::Machine> for Dating {
+    fn run(&self, arm: Arm, step: &mut Step<'_, '_, contract::Machine>) -> Result<(), HandlerError> {
+        self.run_arm(arm, step)
+    }
+}
+
+impl Dating {
+    /// The arms, one per transition: the same code whether the engine or the compiled
+    /// contract runs them.
+    fn run_arm(&self, arm: Arm, t: &mut impl ArmContext) -> Result<(), HandlerError> {
         let sips = t.sips();
         match arm {
             // Caller?INVITE: create the media leg, invite it with the caller's session ID.
             Arm::T1 => {
-                let offer = t.event().body();
+                let offer = t.body();
                 let caller = t.accept()?;
                 let msr = t.create_leg("sip:dating@tandem.invalid", &self.media_uri, self.media)?;
                 t.set_role_and_attrs(caller, "Caller", [("sdp", AttrValue::Bytes(offer)), ("msr", AttrValue::Session(msr))])?;
@@ -96,7 +116,7 @@ impl Handler for Dating {
             Arm::T2 => {
                 let msr = sips.ok_or_else(|| err("no session"))?;
                 let caller = Self::session_attr(t, msr, "caller")?;
-                let answer = t.event().body();
+                let answer = t.body();
                 t.answer(caller, 200, Some(Body::new(SDP, answer)))?;
             }
             // Caller?CANCEL (the container answered 200 and 487): drop the media leg.
@@ -149,7 +169,7 @@ impl Handler for Dating {
             Arm::T10 => {
                 let msr = sips.ok_or_else(|| err("no session"))?;
                 let caller = Self::session_attr(t, msr, "caller")?;
-                let status = t.event().status().max(500);
+                let status = t.status().max(500);
                 t.answer(caller, status, None)?;
             }
             // Caller?BYE while talking to the peer, or while being paired: hang up the peer.
@@ -190,6 +210,14 @@ pub enum DatingError {
     Media(String),
 }
 
+/// The dating service (contract version) on its contract compiled to Rust
+/// (`tandem_engine::dispatch`), served as `dating_compiled`.
+pub fn dating_compiled_service(config: &DatingConfig) -> Result<Arc<CompiledService<contract::Machine, Dating>>, DatingError> {
+    let media = Destination::parse(&config.media).ok_or_else(|| DatingError::Media(config.media.clone()))?;
+    let media_uri = format!("sip:media@{}", media.addr);
+    Ok(CompiledService::new("dating_compiled", Dating { media, media_uri }, Some(PROFILE)))
+}
+
 /// The dating service (contract version) with the given negotiator.
 pub fn dating_service(config: &DatingConfig, negotiator: Negotiator) -> Result<Arc<MachineService<Dating>>, DatingError> {
     let media = Destination::parse(&config.media).ok_or_else(|| DatingError::Media(config.media.clone()))?;
@@ -212,5 +240,102 @@ mod tests {
             assert!(dating_service(&DatingConfig::default(), n).is_ok());
         }
         assert!(dating_service(&DatingConfig { media: "media.example.com".into() }, Negotiator::Ordered).is_err());
+        assert!(dating_compiled_service(&DatingConfig::default()).is_ok());
+        assert!(dating_compiled_service(&DatingConfig { media: "media.example.com".into() }).is_err());
+    }
+
+    use crate::dating_manual::{self as manual, Kind};
+    use contract::{Ev, Machine, Role, State, STATES};
+    use tandem_container::SessionId;
+    use tandem_engine::dispatch::{Facts, Reads};
+
+    /// A message's sessions as the generated selection reads them: the caller session (1), its
+    /// media leg (2), and the peer the payload names (3) in `peer_state`.
+    struct Sessions {
+        sips: SessionId,
+        payload: Option<SessionId>,
+        peer_state: State,
+    }
+
+    impl Reads<State> for Sessions {
+        fn sips(&self) -> Option<SessionId> {
+            Some(self.sips)
+        }
+        fn payload(&self) -> Option<SessionId> {
+            self.payload
+        }
+        fn attr(&self, of: Option<SessionId>, name: &'static str) -> Option<SessionId> {
+            match (of?.0, name) {
+                (2, "caller") => Some(SessionId(1)),
+                (1, "msr") => Some(SessionId(2)),
+                _ => None,
+            }
+        }
+        fn state(&self, of: Option<SessionId>) -> Option<State> {
+            (of? == SessionId(3)).then_some(self.peer_state)
+        }
+    }
+
+    fn ev(kind: Kind) -> Ev {
+        match kind {
+            Kind::Invite => Ev::Invite,
+            Kind::Ack => Ev::Ack,
+            Kind::Bye => Ev::Bye,
+            Kind::Cancel => Ev::Cancel,
+            Kind::Message => Ev::Message,
+            Kind::Ok => Ev::Ok,
+            Kind::Error => Ev::Error,
+            Kind::Other => Ev::Other,
+        }
+    }
+
+    /// The selection generated from the contract (`tandem_contract::codegen`) takes the
+    /// transition the hand-written version's tables take, for every state, message, role and
+    /// peer: the two were written independently.
+    #[test]
+    fn the_compiled_selection_agrees_with_the_hand_written_tables() {
+        const KINDS: [Kind; 8] = [Kind::Invite, Kind::Ack, Kind::Bye, Kind::Cancel, Kind::Message, Kind::Ok, Kind::Error, Kind::Other];
+        let mut compared = 0;
+        for state in STATES {
+            let hand_state = manual::State::parse(<Machine as Contract>::state_name(state)).unwrap();
+            for kind in KINDS {
+                for answers_invite in [false, true] {
+                    let facts = Facts { kind: ev(kind), cseq: if answers_invite { Ev::Invite } else { Ev::Other }, status: 0 };
+                    let r = Sessions { sips: SessionId(1), payload: None, peer_state: State::Idle };
+                    let got = <Machine as Contract>::select(state, Some(Role::Caller), &facts, &r);
+                    let want = manual::caller_transition(kind, hand_state, answers_invite);
+                    assert_eq!(
+                        got.map(|t| format!("{t:?}")),
+                        want.map(|t| t.name().to_string()),
+                        "Caller {state:?} {kind:?} {answers_invite}"
+                    );
+                    compared += 1;
+                }
+                for (payload, peer_state) in [
+                    (None, State::TalkingWithMS),
+                    (Some(3), State::TalkingWithMS),
+                    (Some(3), State::Pairing),
+                    (Some(1), State::TalkingWithMS),
+                ] {
+                    let facts = Facts { kind: ev(kind), cseq: Ev::Other, status: 0 };
+                    let r = Sessions { sips: SessionId(2), payload: payload.map(SessionId), peer_state };
+                    let got = <Machine as Contract>::select(state, Some(Role::Msr), &facts, &r);
+                    let talking = payload == Some(3) && peer_state == State::TalkingWithMS;
+                    let want = manual::msr_transition(kind, hand_state, talking);
+                    assert_eq!(
+                        got.map(|t| format!("{t:?}")),
+                        want.map(|t| t.name().to_string()),
+                        "Msr {state:?} {kind:?} {payload:?} {peer_state:?}"
+                    );
+                    compared += 1;
+                }
+            }
+            // A new session (no role): only T1, on INVITE in the initial state.
+            let facts = Facts { kind: Ev::Invite, cseq: Ev::Invite, status: 0 };
+            let r = Sessions { sips: SessionId(1), payload: None, peer_state: State::Idle };
+            let got = <Machine as Contract>::select(state, None, &facts, &r);
+            assert_eq!(got, (state == State::Idle).then_some(Arm::T1));
+        }
+        assert_eq!(compared, 8 * 8 * 6);
     }
 }

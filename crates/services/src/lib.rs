@@ -12,7 +12,7 @@ pub mod registrar;
 pub mod uas;
 
 pub use b2bua::{B2bua, B2buaConfig, InvalidB2buaNextHop};
-pub use dating::{dating_service, DatingConfig, DATING_CONTRACT};
+pub use dating::{dating_compiled_service, dating_service, DatingConfig, DATING_CONTRACT};
 pub use dating_manual::{dating_manual_service, DatingManual};
 pub use media::{Media, MediaConfig, MediaConfigError};
 pub use pairing::{pairing_service, PAIRING_CONTRACT};

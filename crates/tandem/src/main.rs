@@ -299,6 +299,7 @@ async fn build_services(config: &config::Config, routes: &[RouteRule]) -> Result
         ("pairing".to_string(), pairing),
         ("dating".to_string(), dating),
         ("dating_manual".to_string(), tandem_services::dating_manual_service(&config.dating)?),
+        ("dating_compiled".to_string(), tandem_services::dating_compiled_service(&config.dating)?),
         ("media".to_string(), Arc::new(tandem_services::Media::new(&config.media)?)),
         ("b2bua_nt".to_string(), Arc::new(tandem_services::B2bua::new(&config.b2bua)?)),
     ];
