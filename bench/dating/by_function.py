@@ -7,6 +7,7 @@ by about 1 % (the workload's timing moves what the runtime does); the engine's o
 move much less, which makes this the finer reading of a change to the engine.
 
     bench/dating/by_function.py DIR [--event Ir|I1mr|D1mr|D1mw|Bcm|...] [--top N] [--by-file]
+                                    [--contract dating|dating_compiled]
 
 --by-file splits each service's own code (every group but the shared one) by the source file the
 instructions come from: our crates' lines, and library code (slices, `Option`, `SmallVec`,
@@ -145,8 +146,12 @@ def main():
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--by-file", action="store_true",
                     help="also split each service's own code by source file (ours, inlined library code)")
+    ap.add_argument("--contract", default="dating",
+                    help="the contract version to compare with dating_manual: dating (the engine) "
+                         "or dating_compiled (the contract compiled to Rust, tandem_engine::dispatch)")
     args = ap.parse_args()
-    by_source = {s: slopes(args.folder, s, args.event) for s in ("dating", "dating_manual")}
+    contract = args.contract
+    by_source = {s: slopes(args.folder, s, args.event) for s in (contract, "dating_manual")}
     by_source = {s: c for s, c in by_source.items() if c is not None}
     if not by_source:
         sys.exit("no cg-SERVICE-{100,300}.out with messages-SERVICE-{100,300} in %s "
@@ -166,9 +171,9 @@ def main():
         for name, cost in sorted(found[s].items(), key=lambda kv: -kv[1])[:args.top]:
             print("%9.1f  %s" % (cost, name[:140]))
     if len(found) == 2:
-        d, m = found["dating"], found["dating_manual"]
+        d, m = found[contract], found["dating_manual"]
         diff = sorted(((d.get(k, 0) - m.get(k, 0), k) for k in set(d) | set(m)), reverse=True)
-        print("\ndating − dating_manual, largest differences either way (dating, dating_manual):\n")
+        print("\n%s − dating_manual, largest differences either way (%s, dating_manual):\n" % (contract, contract))
         shown = diff[:args.top] + diff[-(args.top // 2):] if len(diff) > args.top + args.top // 2 else diff
         for delta, name in shown:
             print("%+9.1f  %9.1f %9.1f  %s" % (delta, d.get(name, 0), m.get(name, 0), name[:120]))

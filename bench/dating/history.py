@@ -25,7 +25,10 @@ def is_aa(d):
     return any(k.endswith("/A") for k in d.get("runs") or {})
 
 
-def runs(results, want_aa=False):
+def runs(results, want_aa=False, contract="dating"):
+    """The kept runs of one kind: A/A checks or comparisons, the latter those whose contract
+    version ran on `contract` (`dating`, the engine; `dating_compiled`, the compiled contract:
+    `run.py --contract-service`)."""
     found = []
     for path in sorted(glob.glob(os.path.join(results, "dating*.json"))):
         try:
@@ -36,6 +39,8 @@ def runs(results, want_aa=False):
             continue
         aa = is_aa(d)
         if aa != want_aa or (not aa and (not d.get("side_by_side") or d.get("mode") != "full")):
+            continue
+        if not aa and d.get("contract_service", "dating") != contract:
             continue
         m = d.get("machine") or {}
         cpu = m.get("cpu_model") or ""
@@ -89,6 +94,13 @@ def main():
     ab = runs(results)
     table(ab)
     by_order(ab)
+    compiled = runs(results, contract="dating_compiled")
+    if compiled:
+        print()
+        print("The contract compiled to Rust (`dating_compiled`, decision 0008) on the contract version's side:")
+        print()
+        table(compiled)
+        by_order(compiled)
     aa = runs(results, want_aa=True)
     if aa:
         print()

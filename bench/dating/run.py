@@ -499,7 +499,12 @@ def run_once(service, target, duration, args, label=None, ready=None):
     capture_dir = tempfile.mkdtemp(prefix="tandem-dating-capture-")
     try:
         media.start()
-        dating = Tandem("dating", service.split("#")[0], ["dating.media=127.0.0.1:%d" % media.port], rawdir,
+        # The contract version's side runs the engine (`dating`) or the compiled contract
+        # (`--contract-service dating_compiled`); its results stay labelled `dating`.
+        svc = service.split("#")[0]
+        svc = getattr(args, "contract_service", "dating") if svc == "dating" else svc
+        res["tandem_service"] = svc
+        dating = Tandem("dating", svc, ["dating.media=127.0.0.1:%d" % media.port], rawdir,
                         cpu_limit=args.dating_cpu, cpus=args.dating_cpus)
         missing = dating.start()
         if missing:
@@ -1157,6 +1162,8 @@ def report(args, mach, cap, cap_src, levels, loads, runs, manual_missing, runs_s
         "dating_cpus": args.dating_cpus,
         "binary": built_binary(),
         "side_by_side": bool(getattr(args, "side_by_side", False)),
+        # what ran the contract version: the engine (`dating`) or the compiled contract
+        "contract_service": getattr(args, "contract_service", "dating"),
         # which version the driver's main thread ran (the other ran in a second thread);
         # "both": --both-orders, `runs` with the contract version first, `runs_swapped` after
         "side_by_side_first": ("both" if both else "dating_manual" if getattr(args, "swap_sides", False)
@@ -1202,8 +1209,13 @@ def write_md(out, runs, loads, plots):
              "Method: bench/dating/README.md.\n" % (
                  out["generated"], (" --quick" if out["mode"] == "quick" else "")
                  + (" --side-by-side" if out.get("side_by_side") else "")
-                 + (" --both-orders" if out.get("side_by_side_first") == "both" else ""), out["mode"],
+                 + (" --both-orders" if out.get("side_by_side_first") == "both" else "")
+                 + (" --contract-service %s" % out["contract_service"]
+                    if out.get("contract_service", "dating") != "dating" else ""), out["mode"],
                  out["duration_s"]))
+    if out.get("contract_service", "dating") != "dating":
+        L.append("**Contract version**: `%s` (the contract compiled to Rust and run by "
+                 "`tandem_engine::dispatch`, decision 0008), labelled `dating` below.\n" % out["contract_service"])
     L.append("**Machine**: %s × %s, %s GiB RAM, kernel %s, %s; %s; tandem git %s.\n" % (
         m.get("nproc"), m.get("cpu_model"), m.get("mem_total_gib"), m.get("kernel"),
         m.get("os"), m.get("sipp"), m.get("git")))
@@ -1483,6 +1495,9 @@ def main():
     ap.add_argument("--aa", metavar="SERVICE", default=None,
                     help="A/A check of the side-by-side rig: SERVICE against itself at 80 %% and "
                          "100 %% of --capacity-executions (writes bench/results/dating-aa.*)")
+    ap.add_argument("--contract-service", default="dating",
+                    help="what runs the contract version: dating (the engine) or dating_compiled "
+                         "(the contract compiled to Rust, tandem_engine::dispatch); reported as `dating`")
     ap.add_argument("--side-by-side", action="store_true",
                     help="--compare runs both versions at the same time (each with its own "
                          "media service and SIPp), so machine noise falls on both")
