@@ -26,54 +26,13 @@ import test_dating_smoke as smoke  # noqa: E402
 SERVICE = "dating_compiled"
 
 
-def transitions(samples):
-    out = {}
-    for name, labels, value in samples:
-        if name == "tandem_transitions_total" and labels.get("service") == SERVICE and value:
-            out[labels.get("transition")] = int(value)
-    return out
-
-
 def run(env, dating_sets=()):
-    common.require_sipp()
-    media = common.Tandem(env, name="tandem-media", service="media", sets=smoke.MEDIA_SETS)
-    try:
-        smoke.start_or_skip(media, "media")
-        mip, mport = media.addr("udp")
-        dating = common.Tandem(env, name="tandem-dating-compiled", service=SERVICE,
-                               sets=["dating.media=%s:%d" % (mip, mport)] + list(dating_sets))
-        try:
-            smoke.start_or_skip(dating, SERVICE)
-            run_profiles(env, media, dating)
-            dating.stop()
-        finally:
-            dating.kill()
-        media.stop()
-    finally:
-        media.kill()
+    smoke.run(env, dating_sets=dating_sets, service=SERVICE, profiles=run_profiles)
 
 
 def run_profiles(env, media, dating):
-    ip, port = dating.addr("udp")
-    for profile, scenario, calls in smoke.PROFILES:
-        res = common.run_sipp(env, profile, [
-            "-sf", os.path.join(smoke.SCENARIOS, scenario), "%s:%d" % (ip, port),
-            "-t", "u1", "-i", "127.0.0.1", "-p", str(common.free_port()),
-            "-r", str(smoke.RATE), "-m", str(calls),
-            "-timeout", "60s", "-timeout_error",
-        ], timeout=90)
-        env.log(res.summary())
-        common.check_sipp_all_ok(res, calls)
-        check(media.alive() and dating.alive(),
-              "a tandem exited during the %s profile (media %s, %s %s)"
-              % (profile, media.proc.poll(), SERVICE, dating.proc.poll()))
-    for t in (dating, media):
-        app, sip = smoke.wait_sessions_gone(t, smoke.SETTLE_TIMEOUT)
-        check(app == 0 and sip == 0,
-              "%s: %s application and %s SIP sessions still live %.0f s after the last call "
-              "(an execution never ended)" % (t.name, app, sip, smoke.SETTLE_TIMEOUT))
-    samples = smoke.metrics(dating)
-    taken = transitions(samples)
+    samples = smoke.play_profiles(env, media, dating, SERVICE)
+    taken = smoke.transitions(samples, SERVICE)
     env.log("%s transitions: %s" % (SERVICE, ", ".join("%s=%d" % kv for kv in sorted(taken.items()))))
     failures = common.metric_sum(samples, "tandem_transition_failures_total", service=SERVICE)
     env.log("%s: absorbed %s, transition failures %s, lock retries %s" % (

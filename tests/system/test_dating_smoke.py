@@ -74,15 +74,18 @@ def wait_sessions_gone(t, timeout):
         time.sleep(0.2)
 
 
-def transitions(samples):
+def transitions(samples, service="dating", metric="tandem_transitions_total"):
+    """Transitions taken, by name, from `service`'s `metric`."""
     out = {}
     for name, labels, value in samples:
-        if name == "tandem_transitions_total" and labels.get("service") == "dating" and value:
+        if name == metric and labels.get("service") == service and value:
             out[labels.get("transition")] = int(value)
     return out
 
 
-def run(env, dating_sets=(), after_profiles=None):
+def run(env, dating_sets=(), after_profiles=None, service="dating", profiles=None):
+    """The profiles against `service` (the dating service, or another version of it, checked by
+    `profiles(env, media, dating)` instead of this file's `run_profiles`)."""
     common.require_sipp()
     for _, scenario, _ in PROFILES:
         path = os.path.join(SCENARIOS, scenario)
@@ -93,11 +96,12 @@ def run(env, dating_sets=(), after_profiles=None):
         mip, mport = media.addr("udp")
         # Every direct prediction is checked against the general evaluator (see
         # docs/decisions/0004-contract-engine.md, "Direct transitions").
-        dating = common.Tandem(env, name="tandem-dating", service="dating",
-                               sets=["dating.media=%s:%d" % (mip, mport), "engine.verify_direct=true"] + list(dating_sets))
+        verify = ["engine.verify_direct=true"] if service == "dating" else []
+        dating = common.Tandem(env, name="tandem-" + service.replace("_", "-"), service=service,
+                               sets=["dating.media=%s:%d" % (mip, mport)] + verify + list(dating_sets))
         try:
-            start_or_skip(dating, "dating")
-            run_profiles(env, media, dating)
+            start_or_skip(dating, service)
+            (profiles or run_profiles)(env, media, dating)
             if after_profiles:
                 after_profiles(env, dating)
             dating.stop()
@@ -108,7 +112,9 @@ def run(env, dating_sets=(), after_profiles=None):
         media.kill()
 
 
-def run_profiles(env, media, dating):
+def play_profiles(env, media, dating, service="dating"):
+    """SIPp plays every profile against `dating`; then both tandems must drain. Returns the
+    dating tandem's metric samples."""
     ip, port = dating.addr("udp")
     for profile, scenario, calls in PROFILES:
         res = common.run_sipp(env, profile, [
@@ -120,14 +126,18 @@ def run_profiles(env, media, dating):
         env.log(res.summary())
         common.check_sipp_all_ok(res, calls)
         check(media.alive() and dating.alive(),
-              "a tandem exited during the %s profile (media %s, dating %s)"
-              % (profile, media.proc.poll(), dating.proc.poll()))
+              "a tandem exited during the %s profile (media %s, %s %s)"
+              % (profile, media.proc.poll(), service, dating.proc.poll()))
     for t in (dating, media):
         app, sip = wait_sessions_gone(t, SETTLE_TIMEOUT)
         check(app == 0 and sip == 0,
               "%s: %s application and %s SIP sessions still live %.0f s after the last call "
               "(an execution never ended)" % (t.name, app, sip, SETTLE_TIMEOUT))
-    samples = metrics(dating)
+    return metrics(dating)
+
+
+def run_profiles(env, media, dating):
+    samples = play_profiles(env, media, dating)
     taken = transitions(samples)
     env.log("dating transitions: %s" % ", ".join("%s=%d" % kv for kv in sorted(taken.items())))
     env.log("media: %s" % ", ".join(
