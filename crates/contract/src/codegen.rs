@@ -195,7 +195,6 @@ pub fn generate(machine: &Machine) -> Result<String, CodegenError> {
         match name {{ {state_match}_ => None }}
     }}
     fn is_final(s: State) -> bool {{ FINAL[s as usize] }}
-    fn role_name(r: Role) -> &'static str {{ ROLE_NAMES[r as usize] }}
     fn role_named(name: &str) -> Option<Role> {{
         match name {{ {role_match}_ => None }}
     }}
@@ -489,7 +488,6 @@ impl Gen<'_> {
         let _ = writeln!(out, "const FINAL: [bool; {}] = [{}];\n", states.len(), finals.join(", "));
         let _ = writeln!(out, "#[derive(Debug, Clone, Copy, PartialEq, Eq)]\npub enum Role {{ {} }}\n", roles.join(", "));
         let _ = writeln!(out, "pub const ROLES: [Role; {}] = [{}];", roles.len(), list("Role::", &roles));
-        let _ = writeln!(out, "const ROLE_NAMES: [&str; {}] = [{}];", roles.len(), quoted(&roles));
         let via: Vec<String> =
             m.roles.iter().map(|r| r.state_via.as_ref().map_or("None".into(), |v| format!("Some({:?})", v.name))).collect();
         let _ = writeln!(out, "const VIA: [Option<&str>; {}] = [{}];\n", roles.len(), via.join(", "));

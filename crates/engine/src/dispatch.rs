@@ -93,7 +93,6 @@ pub trait Contract: Send + Sync + 'static {
     fn state_name(s: Self::State) -> &'static str;
     fn state_named(name: &str) -> Option<Self::State>;
     fn is_final(s: Self::State) -> bool;
-    fn role_name(r: Self::Role) -> &'static str;
     fn role_named(name: &str) -> Option<Self::Role>;
     /// The `once` attribute by which a session of role `r` reaches its state holder.
     fn via(r: Self::Role) -> Option<&'static str>;
@@ -443,11 +442,11 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
     }
 
     pub fn transition_count(&self, name: &str) -> u64 {
-        self.names.iter().position(|n| n == name).map_or(0, |i| self.stats.transitions[i].count.load(Relaxed))
+        self.stats.named(&self.names, name).map_or(0, |t| t.count.load(Relaxed))
     }
 
     pub fn failures(&self, name: &str) -> u64 {
-        self.names.iter().position(|n| n == name).map_or(0, |i| self.stats.transitions[i].failures.load(Relaxed))
+        self.stats.named(&self.names, name).map_or(0, |t| t.failures.load(Relaxed))
     }
 
     pub fn absorbed(&self) -> u64 {

@@ -406,12 +406,12 @@ impl<H: Handler> MachineService<H> {
     }
 
     pub fn transition_count(&self, name: &str) -> u64 {
-        self.names.iter().position(|n| n == name).map_or(0, |i| self.stats.transitions[i].count.load(Relaxed))
+        self.stats.named(&self.names, name).map_or(0, |t| t.count.load(Relaxed))
     }
 
     /// Handler arms of `name` that failed (nothing they sent left).
     pub fn failures(&self, name: &str) -> u64 {
-        self.names.iter().position(|n| n == name).map_or(0, |i| self.stats.transitions[i].failures.load(Relaxed))
+        self.stats.named(&self.names, name).map_or(0, |t| t.failures.load(Relaxed))
     }
 
     pub fn absorbed(&self) -> u64 {

@@ -44,6 +44,11 @@ impl ServiceStats {
         ServiceStats { transitions: (0..transitions).map(|_| TransitionStats::default()).collect(), ..Default::default() }
     }
 
+    /// The counters of the transition called `name` (`names` in the contract's order).
+    pub fn named(&self, names: &[String], name: &str) -> Option<&TransitionStats> {
+        names.iter().position(|n| n == name).map(|i| &self.transitions[i])
+    }
+
     pub fn render(&self, service: &str, names: &[String]) -> String {
         let mut out = String::new();
         let families: [Family; 5] = [
