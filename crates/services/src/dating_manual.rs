@@ -310,9 +310,9 @@ impl Effects {
     /// An action on a caller session whose lock is held: its place in the session's order of
     /// actions is taken now, so that an action decided later by another executor (once the
     /// lock is released) cannot overtake it.
-    fn push_locked(&mut self, ctx: &Context<'_>, s: &mut SipSession, op: Op) {
+    fn push_locked(&mut self, cell: &SessionCell, s: &mut SipSession, op: Op) {
         let ticket = Some(s.reserve_action());
-        self.push(Act { cell: ctx.session(s.id), ticket, op });
+        self.push(Act { cell: Some(cell.clone()), ticket, op });
     }
 
     /// An action on a media-service session.
@@ -398,7 +398,7 @@ impl DatingManual {
         };
         match role {
             // The message's session is the state holder: keep its lock.
-            1 => self.on_caller(ctx, m, sid, g),
+            1 => self.on_caller(ctx, m, sid, &cell, g),
             2 => {
                 // `caller` is single-assignment: read it, then let go.
                 let caller = g.attributes.get_session("caller");
@@ -448,7 +448,7 @@ impl DatingManual {
     }
 
     /// A message on a caller session, whose lock `g` is held.
-    fn on_caller<G>(&self, ctx: &mut Context<'_>, m: &Msg<'_, '_>, caller: SessionId, mut g: G)
+    fn on_caller<G>(&self, ctx: &mut Context<'_>, m: &Msg<'_, '_>, caller: SessionId, cell: &SessionCell, mut g: G)
     where
         G: std::ops::DerefMut<Target = SipSession>,
     {
@@ -456,9 +456,9 @@ impl DatingManual {
         let Some(t) = caller_transition(m.kind, state, m.answers_invite) else { return self.absorb_locked(ctx, m, g) };
         if !t.moves_peer() {
             let mut fx = Effects::new();
-            self.caller_arm(ctx, t, state, &mut g, None, &mut fx);
+            self.caller_arm(ctx, t, state, (cell, &mut g), None, &mut fx);
             drop(g);
-            return self.commit(ctx, m, t, fx);
+            return self.commit(ctx, m, t, &mut fx);
         }
         // T11, T14, T19: the peer (`p2t`, set by T7 under both callers' locks, stable from
         // Pairing on) must be held too, to move it.
@@ -469,31 +469,30 @@ impl DatingManual {
         let Some(peer_cell) = ctx.session(peer).filter(|_| peer != caller) else {
             // The peer's execution is gone: nothing to move or hang up there.
             let mut fx = Effects::new();
-            self.caller_arm(ctx, t, state, &mut g, None, &mut fx);
+            self.caller_arm(ctx, t, state, (cell, &mut g), None, &mut fx);
             drop(g);
-            return self.commit(ctx, m, t, fx);
+            return self.commit(ctx, m, t, &mut fx);
         };
         if locks_before(caller, peer) {
             let mut pg = peer_cell.lock();
             let mut fx = Effects::new();
-            self.caller_arm(ctx, t, state, &mut g, Some(&mut *pg), &mut fx);
+            self.caller_arm(ctx, t, state, (cell, &mut g), Some((&peer_cell, &mut *pg)), &mut fx);
             drop(pg);
             drop(g);
-            return self.commit(ctx, m, t, fx);
+            return self.commit(ctx, m, t, &mut fx);
         }
         if let Some(mut pg) = peer_cell.try_lock() {
             // Out of order, but without waiting: cannot deadlock.
             self.stats.out_of_order_try_locks.fetch_add(1, Relaxed);
             let mut fx = Effects::new();
-            self.caller_arm(ctx, t, state, &mut g, Some(&mut *pg), &mut fx);
+            self.caller_arm(ctx, t, state, (cell, &mut g), Some((&peer_cell, &mut *pg)), &mut fx);
             drop(pg);
             drop(g);
-            return self.commit(ctx, m, t, fx);
+            return self.commit(ctx, m, t, &mut fx);
         }
         // The peer comes first and is busy: back off, take both in order, look again.
         self.stats.lock_retries.fetch_add(1, Relaxed);
         drop(g);
-        let Some(cell) = ctx.session(caller) else { return self.absorb(ctx, m) };
         let mut pg = peer_cell.lock();
         let mut g = cell.lock();
         let Some(state) = State::of(&g) else {
@@ -507,11 +506,11 @@ impl DatingManual {
         let mut fx = Effects::new();
         // `p2t` cannot have changed (T7 only pairs TalkingWithMS executions); the peer lock
         // is used only by the transitions that move the peer.
-        let peer_guard = if t.moves_peer() && g.attributes.get_session("p2t") == Some(peer) { Some(&mut *pg) } else { None };
-        self.caller_arm(ctx, t, state, &mut g, peer_guard, &mut fx);
+        let peer_guard = if t.moves_peer() && g.attributes.get_session("p2t") == Some(peer) { Some((&peer_cell, &mut *pg)) } else { None };
+        self.caller_arm(ctx, t, state, (cell, &mut g), peer_guard, &mut fx);
         drop(pg);
         drop(g);
-        self.commit(ctx, m, t, fx)
+        self.commit(ctx, m, t, &mut fx)
     }
 
     fn failed_no_app(&self, t: T, error: &str) {
@@ -521,10 +520,18 @@ impl DatingManual {
 
     /// The arms of the transitions triggered on the caller session, under its lock (and the
     /// peer's for those that move it; `None` when the peer's execution is over).
-    fn caller_arm(&self, ctx: &Context<'_>, t: T, from: State, g: &mut SipSession, peer: Option<&mut SipSession>, fx: &mut Effects) {
+    fn caller_arm(
+        &self,
+        ctx: &Context<'_>,
+        t: T,
+        from: State,
+        (cell, g): (&SessionCell, &mut SipSession),
+        peer: Option<(&SessionCell, &mut SipSession)>,
+        fx: &mut Effects,
+    ) {
         // The engine finishes an execution in the event that ends it; here a peer found in
         // `Done` is one whose executor is about to invalidate it: as good as gone.
-        let peer = peer.filter(|p| State::of(p) != Some(State::Done));
+        let peer = peer.filter(|(_, p)| State::of(p) != Some(State::Done));
         let msr = g.attributes.get_session("msr");
         match t {
             T::T3 => {
@@ -547,16 +554,16 @@ impl DatingManual {
             }
             T::T11 | T::T14 => {
                 fx.respond = Some(200);
-                if let Some(p) = peer {
+                if let Some((pc, p)) = peer {
                     State::Terminating.set(p);
-                    fx.push_locked(ctx, p, Op::Bye);
+                    fx.push_locked(pc, p, Op::Bye);
                 }
             }
             T::T19 => {
-                fx.push_locked(ctx, g, Op::Bye);
-                if let Some(p) = peer {
+                fx.push_locked(cell, g, Op::Bye);
+                if let Some((pc, p)) = peer {
                     State::Terminating.set(p);
-                    fx.push_locked(ctx, p, Op::Bye);
+                    fx.push_locked(pc, p, Op::Bye);
                 }
             }
             _ => unreachable!("{} is not triggered on the caller session", t.name()),
@@ -586,7 +593,7 @@ impl DatingManual {
         let t = match &peer_cell {
             None => {
                 let mut g = cell.lock();
-                let Some(t) = self.msr_arm(ctx, m, msr, &mut g, None, &mut fx) else {
+                let Some(t) = self.msr_arm(ctx, m, msr, (&cell, &mut g), None, &mut fx) else {
                     return self.absorb_locked(ctx, m, g);
                 };
                 t
@@ -599,13 +606,13 @@ impl DatingManual {
                     let pg = pc.lock();
                     (cell.lock(), pg)
                 };
-                let t = self.msr_arm(ctx, m, msr, &mut g, Some(&mut *pg), &mut fx);
+                let t = self.msr_arm(ctx, m, msr, (&cell, &mut g), Some((pc, &mut *pg)), &mut fx);
                 drop(pg);
                 let Some(t) = t else { return self.absorb_locked(ctx, m, g) };
                 t
             }
         };
-        self.commit(ctx, m, t, fx)
+        self.commit(ctx, m, t, &mut fx)
     }
 
     /// The arms of the transitions triggered on the media-service session, under the caller's
@@ -615,40 +622,40 @@ impl DatingManual {
         ctx: &Context<'_>,
         m: &Msg<'_, '_>,
         msr: SessionId,
-        g: &mut SipSession,
-        peer: Option<&mut SipSession>,
+        (cell, g): (&SessionCell, &mut SipSession),
+        peer: Option<(&SessionCell, &mut SipSession)>,
         fx: &mut Effects,
     ) -> Option<T> {
         let from = State::of(g)?;
-        let peer = peer.filter(|p| role_of(p) == Some(CALLER) && State::of(p) == Some(State::TalkingWithMS));
+        let peer = peer.filter(|(_, p)| role_of(p) == Some(CALLER) && State::of(p) == Some(State::TalkingWithMS));
         let t = msr_transition(m.kind, from, peer.is_some())?;
         match t {
-            T::T2 => fx.push_locked(ctx, g, Op::Answer { status: 200, body: Some(m.body()) }),
-            T::T10 => fx.push_locked(ctx, g, Op::Answer { status: m.status.max(500), body: None }),
+            T::T2 => fx.push_locked(cell, g, Op::Answer { status: 200, body: Some(m.body()) }),
+            T::T10 => fx.push_locked(cell, g, Op::Answer { status: m.status.max(500), body: None }),
             T::T6 => {
                 fx.respond = Some(200);
                 fx.push_msr(ctx, msr, Op::Send { method: Method::Message, body: Some(("text/plain", Bytes::from_static(b"unavailable"))) });
             }
             T::T7 => {
-                let p = peer?;
+                let (pc, p) = peer?;
                 fx.respond = Some(200);
                 g.attributes.set("p2t", AttrValue::Session(p.id));
                 p.attributes.set("p2t", AttrValue::Session(g.id));
                 let (caller_sdp, peer_sdp) = (sdp_of(g), sdp_of(p));
                 let peer_msr = p.attributes.get_session("msr");
                 State::Pairing.set(p);
-                fx.push_locked(ctx, g, Op::Send { method: Method::Invite, body: Some((SDP, peer_sdp)) });
-                fx.push_locked(ctx, p, Op::Send { method: Method::Invite, body: Some((SDP, caller_sdp)) });
+                fx.push_locked(cell, g, Op::Send { method: Method::Invite, body: Some((SDP, peer_sdp)) });
+                fx.push_locked(pc, p, Op::Send { method: Method::Invite, body: Some((SDP, caller_sdp)) });
                 fx.push_msr(ctx, msr, Op::Bye);
                 if let Some(pm) = peer_msr {
                     fx.push_msr(ctx, pm, Op::Bye);
                 }
             }
             T::T9 => fx.respond = Some(200),
-            T::T17 => fx.push_locked(ctx, g, Op::Bye),
+            T::T17 => fx.push_locked(cell, g, Op::Bye),
             T::T18 => {
                 fx.respond = Some(200);
-                fx.push_locked(ctx, g, Op::Bye);
+                fx.push_locked(cell, g, Op::Bye);
             }
             _ => unreachable!("{} is not triggered on the media-service session", t.name()),
         }
@@ -664,20 +671,20 @@ impl DatingManual {
 
     /// Sends what the transition decided (every lock released), then ends the execution if it
     /// reached `Done`.
-    fn commit(&self, ctx: &mut Context<'_>, m: &Msg<'_, '_>, t: T, fx: Effects) {
+    /// `fx` is the caller's (in its frame, taken from in place: not moved here).
+    fn commit(&self, ctx: &mut Context<'_>, m: &Msg<'_, '_>, t: T, fx: &mut Effects) {
         if let (Some(status), Some(req)) = (fx.respond, m.req) {
             ctx.respond(req, status);
         }
-        let Effects { acts, finished, .. } = fx;
-        for act in acts.into_iter().flatten() {
-            let Act { cell, ticket, op } = act;
+        for act in fx.acts[..fx.n].iter_mut() {
+            let Some(Act { cell, ticket, op }) = act.take() else { continue };
             let Some(cell) = cell else { continue };
             let mut s = cell.lock();
             let ticket = ticket.unwrap_or_else(|| s.reserve_action());
             // At the session's home, in the order the actions were decided (see Act).
             ctx.act_in_order(&cell, &mut s, ticket, move |ctx: &mut Context<'_>, s: &mut SipSession| op.apply_on(ctx, s));
         }
-        if let Some(app) = finished {
+        if let Some(app) = fx.finished {
             ctx.invalidate(app);
         }
         self.stats.transitions[t as usize].fetch_add(1, Relaxed);
