@@ -773,11 +773,13 @@ def analyse(res, plan, samples, before, after, rawdir, t_start, t_stop, t_sipp_d
     early_paired = count_lines(os.path.join(rawdir, "early_bye", "paired.log"))
     comp_created = prof.get("complete", {}).get("created") or 0
     early_created = prof.get("early_bye", {}).get("created") or 0
-    # callers that got (and accepted) a re-INVITE, failed calls included
-    reinvited = comp_created - unpaired + early_paired
+    # callers that got (and accepted) a re-INVITE. A failed Complete call logged neither line:
+    # it may have failed before pairing (e.g. shed with 503) or after, so it is not counted.
+    comp_failed = prof.get("complete", {}).get("failed") or 0
+    reinvited = comp_created - comp_failed - unpaired + early_paired
     inv.update({"T7": t7, "T8": t8, "complete_calls": comp, "early_bye_calls": early,
                 "complete_unpaired": unpaired, "early_bye_paired": early_paired,
-                "callers_reinvited": reinvited})
+                "complete_failed": comp_failed, "callers_reinvited": reinvited})
     # the brief's bound; it can fail legitimately when Early Bye callers get paired too
     inv["t7_le_complete_half"] = t7 <= comp / 2.0
     # each pair re-INVITEs its two callers (at most: a caller may hang up while pairing),
