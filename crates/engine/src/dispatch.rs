@@ -151,8 +151,13 @@ struct View<'v, 'a, C: Contract> {
     ctx: &'v Context<'a>,
     event: &'v Event<'v>,
     sips: Option<SessionId>,
-    holder: Option<(SessionId, &'v SipSession, C::State)>,
-    peer: Option<(SessionId, &'v SipSession)>,
+    /// When the message's session is a leaf: the `once` attribute naming its holder (see
+    /// [`Step`]'s), so that a guard reading it gets the holder without locking the leaf again.
+    sips_via: Option<&'static str>,
+    /// The held sessions (their IDs in them), with their states (the peer's read once: guards
+    /// may ask for it several times).
+    holder: Option<(&'v SipSession, C::State)>,
+    peer: Option<(&'v SipSession, Option<C::State>)>,
     /// A peer found gone: not read (it may be held by the transition that ended it).
     gone_peer: Option<SessionId>,
     /// `session(msg.payl)`, read the first time a guard asks.
@@ -161,62 +166,86 @@ struct View<'v, 'a, C: Contract> {
     payload_gone: bool,
 }
 
+// Inlined into the dispatcher with the generated selection: a message whose guards read no
+// session (most) builds no view. What reaches beyond the held sessions is kept out of line.
 impl<C: Contract> View<'_, '_, C> {
+    #[inline(always)]
     fn read<R>(&self, id: SessionId, f: impl FnOnce(&SipSession) -> Option<R>) -> Option<R> {
         match (self.holder, self.peer) {
-            (Some((h, s, _)), _) if h == id => f(s),
-            (_, Some((p, s))) if p == id => f(s),
+            (Some((h, _)), _) if h.id == id => f(h),
+            (_, Some((p, _))) if p.id == id => f(p),
             _ if self.gone_peer == Some(id) => None,
-            // A leaf: locked briefly. Guards reach only leaves besides the held sessions (the
-            // generator gates the payload's reads on the events its plan locks it for).
-            _ => {
-                let cell = self.ctx.session(id)?;
-                let s = cell.lock();
-                if s.is_removed() {
-                    return None;
-                }
-                f(&s)
-            }
+            _ => self.read_leaf(id, f),
         }
     }
-}
 
-impl<C: Contract> Reads<C::State> for View<'_, '_, C> {
-    fn sips(&self) -> Option<SessionId> {
-        self.sips
-    }
-
-    fn payload(&self) -> Option<SessionId> {
-        if self.payload_gone {
+    /// A leaf: locked briefly. Guards reach only leaves besides the held sessions (the
+    /// generator gates the payload's reads on the events its plan locks it for).
+    #[inline(never)]
+    fn read_leaf<R>(&self, id: SessionId, f: impl FnOnce(&SipSession) -> Option<R>) -> Option<R> {
+        let cell = self.ctx.session(id)?;
+        let s = cell.lock();
+        if s.is_removed() {
             return None;
         }
-        if let Some(p) = self.payload.get() {
-            return p;
+        f(&s)
+    }
+
+    /// The state of the execution a leaf belongs to (its holder's).
+    #[inline(never)]
+    fn leaf_state(&self, of: SessionId) -> Option<C::State> {
+        let (role, via) = self.read_leaf(of, |s| Some((role_of::<C>(s)?, s.attributes.get_session(C::via(role_of::<C>(s)?)?))))?;
+        match (self.holder, self.peer) {
+            _ if role == C::HOLDER => None,
+            (Some((h, state)), _) if Some(h.id) == via => Some(state),
+            (_, Some((p, state))) if Some(p.id) == via => state,
+            _ => None,
         }
+    }
+
+    #[inline(never)]
+    fn read_payload(&self) -> Option<SessionId> {
         let p = payload_id(self.ctx, self.event);
         self.payload.set(Some(p));
         p
     }
+}
 
-    fn attr(&self, of: Option<SessionId>, name: &'static str) -> Option<SessionId> {
-        self.read(of?, |s| s.attributes.get_session(name))
+impl<C: Contract> Reads<C::State> for View<'_, '_, C> {
+    #[inline(always)]
+    fn sips(&self) -> Option<SessionId> {
+        self.sips
     }
 
+    #[inline(always)]
+    fn payload(&self) -> Option<SessionId> {
+        if self.payload_gone {
+            return None;
+        }
+        match self.payload.get() {
+            Some(p) => p,
+            None => self.read_payload(),
+        }
+    }
+
+    #[inline(always)]
+    fn attr(&self, of: Option<SessionId>, name: &'static str) -> Option<SessionId> {
+        let of = of?;
+        if let (Some(via), Some((holder, _))) = (self.sips_via, self.holder) {
+            if self.sips == Some(of) && via == name {
+                return Some(holder.id);
+            }
+        }
+        self.read(of, |s| s.attributes.get_session(name))
+    }
+
+    #[inline(always)]
     fn state(&self, of: Option<SessionId>) -> Option<C::State> {
         let of = of?;
         match (self.holder, self.peer) {
-            (Some((h, _, state)), _) if h == of => Some(state),
-            (_, Some((p, s))) if p == of => state_of::<C>(s),
-            _ => {
-                // A leaf of a held execution: its holder's state.
-                let (role, via) = self.read(of, |s| Some((role_of::<C>(s)?, s.attributes.get_session(C::via(role_of::<C>(s)?)?))))?;
-                match (self.holder, self.peer) {
-                    _ if role == C::HOLDER => None,
-                    (Some((h, _, state)), _) if Some(h) == via => Some(state),
-                    (_, Some((p, s))) if Some(p) == via => state_of::<C>(s),
-                    _ => None,
-                }
-            }
+            (Some((h, state)), _) if h.id == of => Some(state),
+            (_, Some((p, state))) if p.id == of => state,
+            _ => self.leaf_state(of),
         }
     }
 }
@@ -245,11 +274,12 @@ type Acts = SmallVec<[Act; 4]>;
 pub struct Step<'s, 'a, C: Contract> {
     ctx: &'s mut Context<'a>,
     event: &'s Event<'s>,
-    holder: Option<(SessionId, &'s mut SipSession)>,
-    peer: Option<(SessionId, &'s mut SipSession)>,
-    /// The message's session when it is a leaf, with the `once` attribute naming its holder:
-    /// an arm reading that attribute gets the holder without locking the leaf again.
-    sips_via: Option<(SessionId, &'static str)>,
+    /// The held sessions (their IDs in them).
+    holder: Option<&'s mut SipSession>,
+    peer: Option<&'s mut SipSession>,
+    /// When the message's session is a leaf: the `once` attribute naming its holder, so that
+    /// an arm reading it gets the holder without locking the leaf again.
+    sips_via: Option<&'static str>,
     payload: Option<SessionId>,
     created: SmallVec<[(SessionId, SessionCell); 2]>,
     created_sips: Option<SessionId>,
@@ -262,14 +292,15 @@ pub struct Step<'s, 'a, C: Contract> {
 }
 
 impl<C: Contract> Step<'_, '_, C> {
+    #[inline]
     fn with<R>(&mut self, id: SessionId, write: bool, f: impl FnOnce(&mut SipSession) -> R) -> Result<R, TransitionError> {
-        if let Some((h, s)) = &mut self.holder {
-            if *h == id {
+        if let Some(s) = &mut self.holder {
+            if s.id == id {
                 return Ok(f(s));
             }
         }
-        if let Some((p, s)) = &mut self.peer {
-            if *p == id {
+        if let Some(s) = &mut self.peer {
+            if s.id == id {
                 return Ok(f(s));
             }
         }
@@ -288,10 +319,11 @@ impl<C: Contract> Step<'_, '_, C> {
         Ok(f(&mut s))
     }
 
+    #[inline]
     fn on_session(&mut self, session: SessionId, op: SessionOp) -> Result<(), TransitionError> {
         let target = match (&self.holder, &self.peer) {
-            (Some((h, _)), _) if *h == session => Target::Holder,
-            (_, Some((p, _))) if *p == session => Target::Peer,
+            (Some(h), _) if h.id == session => Target::Holder,
+            (_, Some(p)) if p.id == session => Target::Peer,
             _ => match self.created.iter().find(|(c, _)| *c == session) {
                 Some((_, cell)) => Target::Leaf(cell.clone()),
                 // A session gone meanwhile (the engine skips its actions too).
@@ -305,24 +337,29 @@ impl<C: Contract> Step<'_, '_, C> {
         Ok(())
     }
 
+    #[inline]
     fn app(&mut self) -> Option<AppSessionId> {
-        self.created_app.or(self.event.app).or_else(|| self.holder.as_ref().map(|(_, s)| s.app))
+        self.created_app.or(self.event.app).or_else(|| self.holder.as_ref().map(|s| s.app))
     }
 }
 
 impl<C: Contract> ArmContext for Step<'_, '_, C> {
+    #[inline]
     fn sips(&self) -> Option<SessionId> {
         self.event.session.or(self.created_sips)
     }
 
+    #[inline]
     fn body(&self) -> Bytes {
         self.event.body()
     }
 
+    #[inline]
     fn status(&self) -> u16 {
         self.event.status()
     }
 
+    #[inline]
     fn accept(&mut self) -> Result<SessionId, TransitionError> {
         let Trigger::Request { msg, tx, flow, kind } = &self.event.trigger else {
             return Err(TransitionError::NotARequest("accepted"));
@@ -338,6 +375,7 @@ impl<C: Contract> ArmContext for Step<'_, '_, C> {
         Ok(id)
     }
 
+    #[inline]
     fn create_leg(&mut self, from_uri: &str, to_uri: &str, target: Destination) -> Result<SessionId, TransitionError> {
         let app = self.app().ok_or(TransitionError::NotARequest("given a leg"))?;
         let id = self.ctx.create_uac_session(app, from_uri, to_uri, target)?;
@@ -347,6 +385,7 @@ impl<C: Contract> ArmContext for Step<'_, '_, C> {
         Ok(id)
     }
 
+    #[inline]
     fn set_role_and_attrs<const N: usize>(
         &mut self,
         id: SessionId,
@@ -365,19 +404,22 @@ impl<C: Contract> ArmContext for Step<'_, '_, C> {
         })
     }
 
+    #[inline]
     fn attr(&mut self, id: SessionId, name: &str) -> Result<Option<AttrValue>, TransitionError> {
         self.with(id, false, |s| s.attributes.get(name).cloned())
     }
 
+    #[inline]
     fn session_attr(&mut self, id: SessionId, name: &str) -> Result<Option<SessionId>, TransitionError> {
-        if let (Some((sips, via)), Some((holder, _))) = (self.sips_via, &self.holder) {
-            if sips == id && via == name {
-                return Ok(Some(*holder));
+        if let (Some(via), Some(holder)) = (self.sips_via, &self.holder) {
+            if self.event.session == Some(id) && via == name {
+                return Ok(Some(holder.id));
             }
         }
         self.with(id, false, |s| s.attributes.get_session(name))
     }
 
+    #[inline]
     fn set_attr(&mut self, id: SessionId, name: &str, value: AttrValue) -> Result<(), TransitionError> {
         self.with(id, true, |s| {
             s.attributes.set(name, value);
@@ -385,30 +427,37 @@ impl<C: Contract> ArmContext for Step<'_, '_, C> {
     }
 
     /// The compiled contracts have one `let` (`session(msg.payl)`): whatever its name.
+    #[inline]
     fn session_var(&self, _name: &str) -> Option<SessionId> {
         self.payload
     }
 
+    #[inline]
     fn respond(&mut self, status: u16) {
         self.respond = Some(status);
     }
 
+    #[inline]
     fn answer(&mut self, session: SessionId, status: u16, body: Option<Body>) -> Result<(), TransitionError> {
         self.on_session(session, SessionOp::Answer { status, body })
     }
 
+    #[inline]
     fn send(&mut self, session: SessionId, method: Method, body: Option<Body>) -> Result<(), TransitionError> {
         self.on_session(session, SessionOp::Send { method, body })
     }
 
+    #[inline]
     fn bye(&mut self, session: SessionId) -> Result<(), TransitionError> {
         self.on_session(session, SessionOp::Bye)
     }
 
+    #[inline]
     fn cancel(&mut self, session: SessionId) -> Result<(), TransitionError> {
         self.on_session(session, SessionOp::Cancel)
     }
 
+    #[inline]
     fn set_timer(&mut self, delay: Duration, name: &'static str) -> Result<TimerId, TransitionError> {
         let app = self.app().ok_or(TransitionError::NotARequest("given a timer"))?;
         Ok(self.ctx.set_timer(app, delay, name)?)
@@ -491,8 +540,17 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         if !matches!(event.trigger, Trigger::Request { .. }) {
             return self.absorb(ctx, event);
         }
-        let view: View<'_, '_, C> =
-            View { ctx, event, sips: None, holder: None, peer: None, gone_peer: None, payload: Cell::new(None), payload_gone: false };
+        let view: View<'_, '_, C> = View {
+            ctx,
+            event,
+            sips: None,
+            sips_via: None,
+            holder: None,
+            peer: None,
+            gone_peer: None,
+            payload: Cell::new(None),
+            payload_gone: false,
+        };
         let Some(t) = C::select(C::INITIAL, None, ev, &view) else { return self.absorb(ctx, event) };
         let payload = view.payload.get().flatten();
         let mut acts = Acts::new();
@@ -520,9 +578,9 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         &self,
         ctx: &'s mut Context<'a>,
         event: &'s Event<'s>,
-        holder: Option<(SessionId, &'s mut SipSession)>,
-        peer: Option<(SessionId, &'s mut SipSession)>,
-        sips_via: Option<(SessionId, &'static str)>,
+        holder: Option<&'s mut SipSession>,
+        peer: Option<&'s mut SipSession>,
+        sips_via: Option<&'static str>,
         payload: Option<SessionId>,
         acts: &'s mut Acts,
     ) -> Step<'s, 'a, C> {
@@ -621,12 +679,14 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         };
         let mut pg = pg;
         let payload_gone = gone_peer.is_some() && matches!(C::plan(state, ev.kind), Peer::Payload);
+        let sips_via = if sips == Some(holder) { None } else { C::via(role) };
         let view: View<'_, '_, C> = View {
             ctx,
             event,
             sips,
-            holder: Some((holder, &hg, state)),
-            peer: pg.as_ref().map(|(p, g)| (*p, &**g)),
+            sips_via,
+            holder: Some((&hg, state)),
+            peer: pg.as_ref().map(|(_, g)| (&**g, state_of::<C>(g))),
             gone_peer,
             payload: Cell::new(payload),
             payload_gone,
@@ -639,12 +699,8 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         let payload = if payload_gone { None } else { view.payload.get().flatten() };
         let peer_cell = pg.as_ref().map(|(_, g)| parking_lot::lock_api::ArcMutexGuard::mutex(g).clone());
         let mut acts = Acts::new();
-        let sips_via = match (sips, C::via(role)) {
-            (Some(id), Some(via)) if id != holder => Some((id, via)),
-            _ => None,
-        };
-        let peer = pg.as_mut().map(|(p, g)| (*p, &mut **g));
-        let mut step = self.step(ctx, event, Some((holder, &mut *hg)), peer, sips_via, payload, &mut acts);
+        let peer = pg.as_mut().map(|(_, g)| &mut **g);
+        let mut step = self.step(ctx, event, Some(&mut *hg), peer, sips_via, payload, &mut acts);
         let result = self.arms.run(t, &mut step);
         let Step { respond, created_app, .. } = step;
         if let Err(e) = result {
