@@ -495,7 +495,8 @@ impl DatingManual {
         drop(g);
         let mut pg = peer_cell.lock();
         let mut g = cell.lock();
-        let Some(state) = State::of(&g) else {
+        // Its execution may have ended while no lock was held.
+        let Some(state) = State::of(&g).filter(|_| !g.is_removed()) else {
             drop(pg);
             return self.absorb_locked(ctx, m, g);
         };
