@@ -7,7 +7,11 @@ by about 1 % (the workload's timing moves what the runtime does); the engine's o
 move much less, which makes this the finer reading of a change to the engine.
 
     bench/dating/by_function.py DIR [--event Ir|I1mr|D1mr|D1mw|Bcm|...] [--top N] [--by-file]
-                                    [--contract dating|dating_compiled]
+                                    [--contract dating|dating_compiled] [--lines FUNCTION]
+
+--lines FUNCTION prints, for each service, the self cost per message of every source line in the
+functions whose name contains FUNCTION (its own lines and the library lines inlined into it):
+where inside one function the instructions go.
 
 --by-file splits each service's own code (every group but the shared one) by the source file the
 instructions come from: our crates' lines, and library code (slices, `Option`, `SmallVec`,
@@ -138,6 +142,76 @@ def print_by_file(found, top):
             print("%9.1f  %s" % (cost, path))
 
 
+def line_costs(path, function):
+    """{(file, line): self cost} of the functions whose name contains `function`, read from the
+    callgrind output itself (callgrind_annotate sums a line over all functions). Only the first
+    event (Ir) is read."""
+    names, files = {}, {}
+    fn = fl = None
+    line = 0
+    after_call = False
+    costs = {}
+    with open(path) as f:
+        for raw in f:
+            text = raw.rstrip("\n")
+            if not text:
+                continue
+            first = text[0]
+            if first.isdigit() or first in "+-*":
+                parts = text.split()
+                pos = parts[0]
+                # positions are absolute or relative to the previous line's ("+3", "-2", "*")
+                if pos[0] == "+":
+                    line += int(pos[1:])
+                elif pos[0] == "-":
+                    line -= int(pos[1:])
+                elif pos != "*":
+                    line = int(pos)
+                # the cost line after `calls=` is the call's inclusive cost, not the caller's own
+                if not after_call and fn is not None and function in fn and len(parts) > 1:
+                    key = (fl, line)
+                    costs[key] = costs.get(key, 0) + int(parts[1])
+                after_call = False
+                continue
+            if text.startswith("calls="):
+                after_call = True
+                continue
+            m = re.match(r"^(fl|fi|fe|fn|cfn|cfl|cfi|cfe|ob|cob)=\((\d+)\)(?: (.*))?$", text)
+            if not m:
+                continue
+            kind, ident, name = m.groups()
+            table = names if kind in ("fn", "cfn") else files
+            if name is not None:
+                table[ident] = name
+            if kind == "fn":
+                fn = names.get(ident)
+            elif kind in ("fl", "fi", "fe"):
+                fl = files.get(ident)
+    return costs
+
+
+def print_lines(folder, services, function, top):
+    for s in services:
+        runs = []
+        for calls in (100, 300):
+            with open(os.path.join(folder, "messages-%s-%d" % (s, calls))) as f:
+                runs.append((int(f.read().strip()), line_costs(os.path.join(folder, "cg-%s-%d.out" % (s, calls)), function)))
+        (m1, a), (m2, b) = runs
+        per = {k: (b.get(k, 0) - a.get(k, 0)) / (m2 - m1) for k in set(a) | set(b)}
+        print("\n%s, functions matching %r: %.1f per message, by source line\n" % (s, function, sum(per.values())))
+        shown = {}
+        for (path, n), cost in sorted(per.items(), key=lambda kv: -kv[1])[:top]:
+            text = ""
+            try:
+                if path not in shown:
+                    with open(path) as f:
+                        shown[path] = f.read().split("\n")
+                text = shown[path][n - 1].strip() if n > 0 else ""
+            except OSError:
+                pass
+            print("%9.1f  %s:%d  %s" % (cost, short_path(path or "?"), n, text[:90]))
+
+
 def main():
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # quiet when piped into `head`
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -149,6 +223,8 @@ def main():
     ap.add_argument("--contract", default="dating",
                     help="the contract version to compare with dating_manual: dating (the engine) "
                          "or dating_compiled (the contract compiled to Rust, tandem_engine::dispatch)")
+    ap.add_argument("--lines", metavar="FUNCTION",
+                    help="self cost per source line of the functions whose name contains FUNCTION")
     args = ap.parse_args()
     contract = args.contract
     by_source = {s: slopes(args.folder, s, args.event) for s in (contract, "dating_manual")}
@@ -179,6 +255,8 @@ def main():
             print("%+9.1f  %9.1f %9.1f  %s" % (delta, d.get(name, 0), m.get(name, 0), name[:120]))
     if args.by_file:
         print_by_file(by_source, args.top)
+    if args.lines:
+        print_lines(args.folder, names, args.lines, args.top)
 
 
 if __name__ == "__main__":
