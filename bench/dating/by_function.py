@@ -36,6 +36,7 @@ GROUPS = [
     ("engine", re.compile(r"tandem_engine::")),
     ("smallvec", re.compile(r"smallvec::")),
 ]
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHARED = "shared (parser, transactions, container, runtime, allocator)"
 
 LINE = re.compile(r"\s*([\d,]+)\s+(?:\([^)]*\)\s+)?(\S.*)$")
@@ -209,7 +210,8 @@ def print_lines(folder, services, function, top):
                 text = shown[path][n - 1].strip() if n > 0 else ""
             except OSError:
                 pass
-            print("%9.1f  %s:%d  %s" % (cost, short_path(path or "?"), n, text[:90]))
+            where = os.path.relpath(path, REPO) if path and path.startswith(REPO + os.sep) else short_path(path or "?")
+            print("%9.1f  %s:%d  %s" % (cost, where, n, text[:90]))
 
 
 def main():
