@@ -211,7 +211,7 @@ pub fn generate(machine: &Machine) -> Result<String, CodegenError> {
     }}
 
     #[allow(unused_variables)] // a contract whose guards never test the role or read sessions
-    #[inline(always)] // into the dispatcher: what the guards of a message do not read is not built
+    #[inline(always)] // into the dispatcher: no call per message, guards read the view in place
     fn select(state: State, role: Option<Role>, ev: &tandem_engine::dispatch::Facts<Ev>, r: &impl tandem_engine::dispatch::Reads<State>) -> Option<T> {{
         match state {{
 {selection}        }}

@@ -166,8 +166,8 @@ struct View<'v, 'a, C: Contract> {
     payload_gone: bool,
 }
 
-// Inlined into the dispatcher with the generated selection: a message whose guards read no
-// session (most) builds no view. What reaches beyond the held sessions is kept out of line.
+// Inlined into the dispatcher with the generated selection (no call per guard read); what
+// reaches beyond the held sessions is kept out of line.
 impl<C: Contract> View<'_, '_, C> {
     #[inline(always)]
     fn read<R>(&self, id: SessionId, f: impl FnOnce(&SipSession) -> Option<R>) -> Option<R> {
