@@ -90,6 +90,12 @@ def short_path(path):
 def slopes(folder, service, event):
     """{(file, function): cost per message} for one service, or None if its outputs are
     missing."""
+    return slope(folder, service, lambda out: self_costs(out, event))
+
+
+def slope(folder, service, read):
+    """{key: cost per message} from `read(callgrind output)` of the 100- and 300-call runs, or
+    None if the service's outputs are missing."""
     runs = []
     for calls in (100, 300):
         out = os.path.join(folder, "cg-%s-%d.out" % (service, calls))
@@ -100,7 +106,7 @@ def slopes(folder, service, event):
             text = f.read().strip()
         if not text.isdigit():
             sys.exit("%s does not hold a message count (%r): the tandem's metrics were not read" % (count, text))
-        runs.append((int(text), self_costs(out, event)))
+        runs.append((int(text), read(out)))
     (m1, a), (m2, b) = runs
     if m2 <= m1:
         sys.exit("%s: the 300-call run counted no more messages than the 100-call one (%d, %d)" % (service, m1, m2))
@@ -193,12 +199,7 @@ def line_costs(path, function):
 
 def print_lines(folder, services, function, top):
     for s in services:
-        runs = []
-        for calls in (100, 300):
-            with open(os.path.join(folder, "messages-%s-%d" % (s, calls))) as f:
-                runs.append((int(f.read().strip()), line_costs(os.path.join(folder, "cg-%s-%d.out" % (s, calls)), function)))
-        (m1, a), (m2, b) = runs
-        per = {k: (b.get(k, 0) - a.get(k, 0)) / (m2 - m1) for k in set(a) | set(b)}
+        per = slope(folder, s, lambda out: line_costs(out, function))
         print("\n%s, functions matching %r: %.1f per message, by source line\n" % (s, function, sum(per.values())))
         shown = {}
         for (path, n), cost in sorted(per.items(), key=lambda kv: -kv[1])[:top]:

@@ -141,10 +141,13 @@ fn payload_id(ctx: &Context<'_>, event: &Event<'_>) -> Option<SessionId> {
     parse_payload(event).filter(|id| ctx.session(*id).is_some())
 }
 
-/// A peer that is gone for the transition: removed, another service's, in a final state (its
-/// executor is about to end it), or not a state holder.
-fn gone<C: Contract>(s: &SipSession, service: ServiceId) -> bool {
-    s.is_removed() || s.service != service || role_of::<C>(s) != Some(C::HOLDER) || state_of::<C>(s).is_none_or(C::is_final)
+/// A peer's state, or None if it is gone for the transition: removed, another service's, in a
+/// final state (its executor is about to end it), or not a state holder.
+fn live_state<C: Contract>(s: &SipSession, service: ServiceId) -> Option<C::State> {
+    if s.is_removed() || s.service != service || role_of::<C>(s) != Some(C::HOLDER) {
+        return None;
+    }
+    state_of::<C>(s).filter(|st| !C::is_final(*st))
 }
 
 struct View<'v, 'a, C: Contract> {
@@ -154,15 +157,14 @@ struct View<'v, 'a, C: Contract> {
     /// When the message's session is a leaf: the `once` attribute naming its holder (see
     /// [`Step`]'s), so that a guard reading it gets the holder without locking the leaf again.
     sips_via: Option<&'static str>,
-    /// The held sessions (their IDs in them), with their states (the peer's read once: guards
-    /// may ask for it several times).
+    /// The held sessions (their IDs in them), with their states.
     holder: Option<(&'v SipSession, C::State)>,
-    peer: Option<(&'v SipSession, Option<C::State>)>,
+    peer: Option<(&'v SipSession, C::State)>,
     /// A peer found gone: not read (it may be held by the transition that ended it).
     gone_peer: Option<SessionId>,
     /// `session(msg.payl)`, read the first time a guard asks.
     payload: Cell<Option<Option<SessionId>>>,
-    /// A payload peer found gone (see [`gone`]): null for the guards, as the engine reads it.
+    /// A payload peer found gone (see [`live_state`]): null for the guards, as the engine reads it.
     payload_gone: bool,
 }
 
@@ -198,7 +200,7 @@ impl<C: Contract> View<'_, '_, C> {
         match (self.holder, self.peer) {
             _ if role == C::HOLDER => None,
             (Some((h, state)), _) if Some(h.id) == via => Some(state),
-            (_, Some((p, state))) if Some(p.id) == via => state,
+            (_, Some((p, state))) if Some(p.id) == via => Some(state),
             _ => None,
         }
     }
@@ -244,7 +246,7 @@ impl<C: Contract> Reads<C::State> for View<'_, '_, C> {
         let of = of?;
         match (self.holder, self.peer) {
             (Some((h, state)), _) if h.id == of => Some(state),
-            (_, Some((p, state))) if p.id == of => state,
+            (_, Some((p, state))) if p.id == of => Some(state),
             _ => self.leaf_state(of),
         }
     }
@@ -615,11 +617,11 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
     ) {
         let sips = event.session;
         let mut payload: Option<Option<SessionId>> = None;
-        // A peer found gone (see `gone`): not held, null to the guards (as the engine reads a
+        // A peer found gone (see `live_state`): not held, null to the guards (as the engine reads a
         // removed session), not read again.
         let mut gone_peer = None;
-        // The state and the peer, read again if the locks had to be taken in order.
-        let (state, pg): (C::State, Option<(SessionId, PeerGuard)>) = loop {
+        // The state and the peer with its state, read again if the locks had to be taken in order.
+        let (state, pg): (C::State, Option<(PeerGuard, C::State)>) = loop {
             let Some(state) = state_of::<C>(&hg) else {
                 drop(hg);
                 return self.absorb(ctx, event);
@@ -650,7 +652,7 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
                 drop(hg);
                 let g = pcell.lock_arc();
                 // Only a state holder is held while waiting for another lock.
-                let g = if gone::<C>(&g, ctx.service()) { None } else { Some(g) };
+                let g = live_state::<C>(&g, ctx.service()).map(|st| (g, st));
                 hg = hcell.lock();
                 if hg.is_removed() {
                     drop(hg);
@@ -663,7 +665,7 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
                     _ => false,
                 };
                 match (same, again, g) {
-                    (true, Some(again), Some(g)) => break (again, Some((p, g))),
+                    (true, Some(again), Some(held)) => break (again, Some(held)),
                     (true, Some(again), None) => {
                         gone_peer = Some(p);
                         break (again, None);
@@ -671,11 +673,13 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
                     _ => continue,
                 }
             };
-            if gone::<C>(&g, ctx.service()) {
-                gone_peer = Some(p);
-                break (state, None);
+            match live_state::<C>(&g, ctx.service()) {
+                Some(st) => break (state, Some((g, st))),
+                None => {
+                    gone_peer = Some(p);
+                    break (state, None);
+                }
             }
-            break (state, Some((p, g)));
         };
         let mut pg = pg;
         let payload_gone = gone_peer.is_some() && matches!(C::plan(state, ev.kind), Peer::Payload);
@@ -686,7 +690,7 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
             sips,
             sips_via,
             holder: Some((&hg, state)),
-            peer: pg.as_ref().map(|(_, g)| (&**g, state_of::<C>(g))),
+            peer: pg.as_ref().map(|(g, st)| (&**g, *st)),
             gone_peer,
             payload: Cell::new(payload),
             payload_gone,
@@ -697,9 +701,9 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
             return self.absorb(ctx, event);
         };
         let payload = if payload_gone { None } else { view.payload.get().flatten() };
-        let peer_cell = pg.as_ref().map(|(_, g)| parking_lot::lock_api::ArcMutexGuard::mutex(g).clone());
+        let peer_cell = pg.as_ref().map(|(g, _)| parking_lot::lock_api::ArcMutexGuard::mutex(g).clone());
         let mut acts = Acts::new();
-        let peer = pg.as_mut().map(|(_, g)| &mut **g);
+        let peer = pg.as_mut().map(|(g, _)| &mut **g);
         let mut step = self.step(ctx, event, Some(&mut *hg), peer, sips_via, payload, &mut acts);
         let result = self.arms.run(t, &mut step);
         let Step { respond, created_app, .. } = step;
@@ -717,7 +721,7 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         if to != state && !(C::is_final(to) && sips == Some(holder)) {
             set_state::<C>(&mut hg, to);
         }
-        if let (Some(moved), Some((_, g))) = (C::moves(t), pg.as_mut()) {
+        if let (Some(moved), Some((g, _))) = (C::moves(t), pg.as_mut()) {
             set_state::<C>(g, moved);
             if C::is_final(moved) {
                 ended[1] = Some(g.app);
@@ -731,7 +735,7 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
                     act.target = Target::Leaf(hcell.clone());
                 }
                 Target::Peer => {
-                    if let (Some(cell), Some((_, g))) = (&peer_cell, pg.as_mut()) {
+                    if let (Some(cell), Some((g, _))) = (&peer_cell, pg.as_mut()) {
                         act.ticket = Some(g.reserve_action());
                         act.target = Target::Leaf(cell.clone());
                     }
