@@ -132,8 +132,13 @@ fn set_state<C: Contract>(s: &mut SipSession, to: C::State) {
 
 /// The session ID the payload names (whether such a session exists is not checked).
 fn parse_payload(event: &Event<'_>) -> Option<SessionId> {
-    let body = event.message()?.body();
-    std::str::from_utf8(&body).ok()?.trim().parse().ok()
+    session_id_in(event.message()?.body_bytes())
+}
+
+/// The session ID a body holds, read in place (no reference count taken on the message's
+/// buffer); `SessionId`'s parser trims whitespace around it, as the engine reads `msg.payl`.
+fn session_id_in(body: &[u8]) -> Option<SessionId> {
+    std::str::from_utf8(body).ok()?.parse().ok()
 }
 
 /// `session(msg.payl)`'s ID, if such a session is in the store.
@@ -613,16 +618,61 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         role: C::Role,
         holder: SessionId,
         hcell: &'h SessionCell,
+        hg: MutexGuard<'h, SipSession>,
+    ) {
+        let Some(state) = state_of::<C>(&hg) else {
+            drop(hg);
+            return self.absorb(ctx, event);
+        };
+        if C::plan(state, ev.kind) != Peer::None {
+            return self.with_peer(ctx, event, ev, role, holder, hcell, hg, state);
+        }
+        // No candidate needs another execution (most messages): the holder alone.
+        let sips = event.session;
+        let sips_via = if sips == Some(holder) { None } else { C::via(role) };
+        let view: View<'_, '_, C> = View {
+            ctx,
+            event,
+            sips,
+            sips_via,
+            holder: Some((&hg, state)),
+            peer: None,
+            gone_peer: None,
+            payload: Cell::new(None),
+            payload_gone: false,
+        };
+        let Some(t) = C::select(state, Some(role), ev, &view) else {
+            drop(hg);
+            return self.absorb(ctx, event);
+        };
+        let payload = view.payload.get().flatten();
+        self.take(ctx, event, t, state, holder, hcell, hg, None, sips_via, payload);
+    }
+
+    /// A message whose candidates may need a peer (see [`Peer`]): both locked in order.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn with_peer<'h>(
+        &self,
+        ctx: &mut Context<'_>,
+        event: &Event<'_>,
+        ev: &Facts<C::Ev>,
+        role: C::Role,
+        holder: SessionId,
+        hcell: &'h SessionCell,
         mut hg: MutexGuard<'h, SipSession>,
+        state: C::State,
     ) {
         let sips = event.session;
         let mut payload: Option<Option<SessionId>> = None;
+        // The state read by `on_holder`; read again only if the locks had to be taken in order.
+        let mut known = Some(state);
         // A peer found gone (see `live_state`): not held, null to the guards (as the engine reads a
         // removed session), not read again.
         let mut gone_peer = None;
         // The state and the peer with its state, read again if the locks had to be taken in order.
         let (state, pg): (C::State, Option<(PeerGuard, C::State)>) = loop {
-            let Some(state) = state_of::<C>(&hg) else {
+            let Some(state) = known.take().or_else(|| state_of::<C>(&hg)) else {
                 drop(hg);
                 return self.absorb(ctx, event);
             };
@@ -681,7 +731,6 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
                 }
             }
         };
-        let mut pg = pg;
         let payload_gone = gone_peer.is_some() && matches!(C::plan(state, ev.kind), Peer::Payload);
         let sips_via = if sips == Some(holder) { None } else { C::via(role) };
         let view: View<'_, '_, C> = View {
@@ -701,10 +750,28 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
             return self.absorb(ctx, event);
         };
         let payload = if payload_gone { None } else { view.payload.get().flatten() };
-        let peer_cell = pg.as_ref().map(|(g, _)| parking_lot::lock_api::ArcMutexGuard::mutex(g).clone());
+        self.take(ctx, event, t, state, holder, hcell, hg, pg.map(|(g, _)| g), sips_via, payload);
+    }
+
+    /// Runs transition `t`'s arm on the held sessions, writes the states, takes the held
+    /// sessions' places in their orders of actions, releases them and commits.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn take<'h>(
+        &self,
+        ctx: &mut Context<'_>,
+        event: &Event<'_>,
+        t: C::T,
+        state: C::State,
+        holder: SessionId,
+        hcell: &'h SessionCell,
+        mut hg: MutexGuard<'h, SipSession>,
+        mut pg: Option<PeerGuard>,
+        sips_via: Option<&'static str>,
+        payload: Option<SessionId>,
+    ) {
         let mut acts = Acts::new();
-        let peer = pg.as_mut().map(|(g, _)| &mut **g);
-        let mut step = self.step(ctx, event, Some(&mut *hg), peer, sips_via, payload, &mut acts);
+        let mut step = self.step(ctx, event, Some(&mut *hg), pg.as_deref_mut(), sips_via, payload, &mut acts);
         let result = self.arms.run(t, &mut step);
         let Step { respond, created_app, .. } = step;
         if let Err(e) = result {
@@ -718,10 +785,10 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
             ended[0] = Some(hg.app);
         }
         // A final state on the message's own session is not written: the execution ends next.
-        if to != state && !(C::is_final(to) && sips == Some(holder)) {
+        if to != state && !(C::is_final(to) && event.session == Some(holder)) {
             set_state::<C>(&mut hg, to);
         }
-        if let (Some(moved), Some((g, _))) = (C::moves(t), pg.as_mut()) {
+        if let (Some(moved), Some(g)) = (C::moves(t), pg.as_mut()) {
             set_state::<C>(g, moved);
             if C::is_final(moved) {
                 ended[1] = Some(g.app);
@@ -735,9 +802,9 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
                     act.target = Target::Leaf(hcell.clone());
                 }
                 Target::Peer => {
-                    if let (Some(cell), Some((g, _))) = (&peer_cell, pg.as_mut()) {
+                    if let Some(g) = pg.as_mut() {
                         act.ticket = Some(g.reserve_action());
-                        act.target = Target::Leaf(cell.clone());
+                        act.target = Target::Leaf(parking_lot::lock_api::ArcMutexGuard::mutex(g).clone());
                     }
                 }
                 Target::Leaf(_) => {}
@@ -826,5 +893,26 @@ impl<C: Contract, A: Arms<C>> Service for CompiledService<C, A> {
             self.lock_retries.load(Relaxed)
         );
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::session_id_in;
+    use tandem_container::SessionId;
+
+    #[test]
+    fn a_payload_names_a_session_with_whitespace_around_it_as_the_engine_reads_it() {
+        let id = SessionId(0x0123_4567_89ab_cdef_0011_2233_4455_6677);
+        let text = id.to_string();
+        assert_eq!(session_id_in(text.as_bytes()), Some(id));
+        assert_eq!(session_id_in(format!(" \t{text}\r\n").as_bytes()), Some(id));
+        // Beyond ASCII: what `str::trim` (the engine's) takes too.
+        assert_eq!(session_id_in(format!("\u{2003}{text}\u{a0}\n").as_bytes()), Some(id));
+        assert_eq!(session_id_in(text.as_bytes()).map(|i| i.to_string()), text.parse::<SessionId>().ok().map(|i| i.to_string()));
+        for bad in ["", "  ", "unavailable", &text[1..], &format!("{text}x")] {
+            assert_eq!(session_id_in(bad.as_bytes()), None, "{bad:?}");
+        }
+        assert_eq!(session_id_in(&[0xff, 0xfe]), None);
     }
 }

@@ -584,8 +584,8 @@ impl DatingManual {
         // A suggestion names another caller: lock both callers in order right away (Figure 5)
         // — T7 needs both, and T6/T9 decide on the peer's state or the caller's.
         let peer = if m.kind == Kind::Message {
-            let payload = m.body();
-            std::str::from_utf8(&payload).ok().and_then(|p| p.parse::<SessionId>().ok()).filter(|p| *p != caller)
+            let payload = m.msg.map_or(&[][..], Message::body_bytes);
+            std::str::from_utf8(payload).ok().and_then(|p| p.parse::<SessionId>().ok()).filter(|p| *p != caller)
         } else {
             None
         };

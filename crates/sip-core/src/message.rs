@@ -290,6 +290,11 @@ impl Message {
         self.buf.slice(self.body.range())
     }
 
+    /// The body, borrowed: for reading it in place (no reference count taken).
+    pub fn body_bytes(&self) -> &[u8] {
+        &self.buf[self.body.range()]
+    }
+
     pub fn body_len(&self) -> usize {
         self.body.range().len()
     }
