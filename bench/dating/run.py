@@ -1497,9 +1497,10 @@ def main():
     ap.add_argument("--aa", metavar="SERVICE", default=None,
                     help="A/A check of the side-by-side rig: SERVICE against itself at 80 %% and "
                          "100 %% of --capacity-executions (writes bench/results/dating-aa.*)")
-    ap.add_argument("--contract-service", default="dating",
-                    help="what runs the contract version: dating (the engine) or dating_compiled "
-                         "(the contract compiled to Rust, tandem_engine::dispatch); reported as `dating`")
+    ap.add_argument("--contract-service", default="dating_compiled",
+                    help="what runs the contract version: dating_compiled (default: the contract "
+                         "compiled to Rust, tandem_engine::dispatch) or dating (the engine, "
+                         "negotiating per message); reported as `dating`")
     ap.add_argument("--side-by-side", action="store_true",
                     help="--compare runs both versions at the same time (each with its own "
                          "media service and SIPp), so machine noise falls on both")
