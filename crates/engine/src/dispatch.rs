@@ -173,6 +173,24 @@ struct View<'v, 'a, C: Contract> {
     payload_gone: bool,
 }
 
+impl<'v, 'a, C: Contract> View<'v, 'a, C> {
+    /// The view of a message whose execution's state holder `hg` is held, alone.
+    #[inline(always)]
+    fn held(ctx: &'v Context<'a>, event: &'v Event<'v>, sips_via: Option<&'static str>, hg: &'v SipSession, state: C::State) -> Self {
+        View {
+            ctx,
+            event,
+            sips: event.session,
+            sips_via,
+            holder: Some((hg, state)),
+            peer: None,
+            gone_peer: None,
+            payload: Cell::new(None),
+            payload_gone: false,
+        }
+    }
+}
+
 // Inlined into the dispatcher with the generated selection (no call per guard read); what
 // reaches beyond the held sessions is kept out of line.
 impl<C: Contract> View<'_, '_, C> {
@@ -630,17 +648,7 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         // No candidate needs another execution (most messages): the holder alone.
         let sips = event.session;
         let sips_via = if sips == Some(holder) { None } else { C::via(role) };
-        let view: View<'_, '_, C> = View {
-            ctx,
-            event,
-            sips,
-            sips_via,
-            holder: Some((&hg, state)),
-            peer: None,
-            gone_peer: None,
-            payload: Cell::new(None),
-            payload_gone: false,
-        };
+        let view = View::<C>::held(ctx, event, sips_via, &hg, state);
         let Some(t) = C::select(state, Some(role), ev, &view) else {
             drop(hg);
             return self.absorb(ctx, event);
@@ -733,16 +741,12 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         };
         let payload_gone = gone_peer.is_some() && matches!(C::plan(state, ev.kind), Peer::Payload);
         let sips_via = if sips == Some(holder) { None } else { C::via(role) };
-        let view: View<'_, '_, C> = View {
-            ctx,
-            event,
-            sips,
-            sips_via,
-            holder: Some((&hg, state)),
+        let view = View {
             peer: pg.as_ref().map(|(g, st)| (&**g, *st)),
             gone_peer,
             payload: Cell::new(payload),
             payload_gone,
+            ..View::<C>::held(ctx, event, sips_via, &hg, state)
         };
         let Some(t) = C::select(state, Some(role), ev, &view) else {
             drop(pg);
