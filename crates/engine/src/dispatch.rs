@@ -23,8 +23,8 @@
 //!   so that wait is as short as one arm.
 
 use crate::arm::ArmContext;
-use crate::engine::{answer_absorbed, HandlerError, ROLE, STATE};
-use crate::event::{Event, Trigger};
+use crate::engine::{answer_absorbed_request, HandlerError, ROLE, STATE};
+use crate::event::{response_code, Event, Trigger};
 use crate::stats::ServiceStats;
 use crate::transition::{Body, SessionOp, TransitionError};
 use bytes::Bytes;
@@ -43,6 +43,9 @@ use tandem_container::{
 use tandem_sip::{Message, Method};
 
 type PeerGuard = parking_lot::ArcMutexGuard<RawMutex, SipSession>;
+
+/// A peer held: its guard, its execution's state, its cell.
+type HeldPeer<S> = (PeerGuard, S, SessionCell);
 
 /// The other execution a transition locks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,8 +134,8 @@ fn set_state<C: Contract>(s: &mut SipSession, to: C::State) {
 }
 
 /// The session ID the payload names (whether such a session exists is not checked).
-fn parse_payload(event: &Event<'_>) -> Option<SessionId> {
-    session_id_in(event.message()?.body_bytes())
+fn parse_payload(input: &Input<'_, '_>) -> Option<SessionId> {
+    session_id_in(input.msg?.body_bytes())
 }
 
 /// The session ID a body holds, read in place (no reference count taken on the message's
@@ -142,8 +145,9 @@ fn session_id_in(body: &[u8]) -> Option<SessionId> {
 }
 
 /// `session(msg.payl)`'s ID, if such a session is in the store.
-fn payload_id(ctx: &Context<'_>, event: &Event<'_>) -> Option<SessionId> {
-    parse_payload(event).filter(|id| ctx.session(*id).is_some())
+#[inline(never)]
+fn payload_id(ctx: &Context<'_>, input: &Input<'_, '_>) -> Option<SessionId> {
+    parse_payload(input).filter(|id| ctx.session(*id).is_some())
 }
 
 /// A peer's state, or None if it is gone for the transition: removed, another service's, in a
@@ -155,9 +159,26 @@ fn live_state<C: Contract>(s: &SipSession, service: ServiceId) -> Option<C::Stat
     state_of::<C>(s).filter(|st| !C::is_final(*st))
 }
 
+/// An event as the compiled dispatcher takes it: what the container delivered, borrowed (the
+/// request's flow is not copied, nor a request rebuilt to answer it).
+pub struct Input<'r, 'm> {
+    req: Option<&'r Request<'m>>,
+    msg: Option<&'r Message>,
+    /// The session the message arrived on (`None` for an initial request).
+    session: Option<SessionId>,
+    app: Option<AppSessionId>,
+    status: u16,
+}
+
+impl Input<'_, '_> {
+    fn body(&self) -> Bytes {
+        self.msg.map(Message::body).unwrap_or_default()
+    }
+}
+
 struct View<'v, 'a, C: Contract> {
     ctx: &'v Context<'a>,
-    event: &'v Event<'v>,
+    input: &'v Input<'v, 'v>,
     sips: Option<SessionId>,
     /// When the message's session is a leaf: the `once` attribute naming its holder (see
     /// [`Step`]'s), so that a guard reading it gets the holder without locking the leaf again.
@@ -176,11 +197,11 @@ struct View<'v, 'a, C: Contract> {
 impl<'v, 'a, C: Contract> View<'v, 'a, C> {
     /// The view of a message whose execution's state holder `hg` is held, alone.
     #[inline(always)]
-    fn held(ctx: &'v Context<'a>, event: &'v Event<'v>, sips_via: Option<&'static str>, hg: &'v SipSession, state: C::State) -> Self {
+    fn held(ctx: &'v Context<'a>, input: &'v Input<'v, 'v>, sips_via: Option<&'static str>, hg: &'v SipSession, state: C::State) -> Self {
         View {
             ctx,
-            event,
-            sips: event.session,
+            input,
+            sips: input.session,
             sips_via,
             holder: Some((hg, state)),
             peer: None,
@@ -200,40 +221,36 @@ impl<C: Contract> View<'_, '_, C> {
             (Some((h, _)), _) if h.id == id => f(h),
             (_, Some((p, _))) if p.id == id => f(p),
             _ if self.gone_peer == Some(id) => None,
-            _ => self.read_leaf(id, f),
+            _ => read_leaf(self.ctx, id, f),
         }
     }
+}
 
-    /// A leaf: locked briefly. Guards reach only leaves besides the held sessions (the
-    /// generator gates the payload's reads on the events its plan locks it for).
-    #[inline(never)]
-    fn read_leaf<R>(&self, id: SessionId, f: impl FnOnce(&SipSession) -> Option<R>) -> Option<R> {
-        let cell = self.ctx.session(id)?;
-        let s = cell.lock();
-        if s.is_removed() {
-            return None;
-        }
-        f(&s)
-    }
+// What reaches beyond the held sessions is out of line and takes what it needs by value: a
+// view passed by reference would have to be written to memory for every message, though most
+// never read past the held sessions.
 
-    /// The state of the execution a leaf belongs to (its holder's).
-    #[inline(never)]
-    fn leaf_state(&self, of: SessionId) -> Option<C::State> {
-        let (role, via) = self.read_leaf(of, |s| Some((role_of::<C>(s)?, s.attributes.get_session(C::via(role_of::<C>(s)?)?))))?;
-        match (self.holder, self.peer) {
-            _ if role == C::HOLDER => None,
-            (Some((h, state)), _) if Some(h.id) == via => Some(state),
-            (_, Some((p, state))) if Some(p.id) == via => Some(state),
-            _ => None,
-        }
+/// A leaf: locked briefly. Guards reach only leaves besides the held sessions (the generator
+/// gates the payload's reads on the events its plan locks it for).
+#[inline(never)]
+fn read_leaf<R>(ctx: &Context<'_>, id: SessionId, f: impl FnOnce(&SipSession) -> Option<R>) -> Option<R> {
+    let cell = ctx.session(id)?;
+    let s = cell.lock();
+    if s.is_removed() {
+        return None;
     }
+    f(&s)
+}
 
-    #[inline(never)]
-    fn read_payload(&self) -> Option<SessionId> {
-        let p = payload_id(self.ctx, self.event);
-        self.payload.set(Some(p));
-        p
+/// The state of the execution a leaf belongs to (its holder's): one of the held sessions'
+/// (`held`: their IDs and states), else unknown.
+#[inline(never)]
+fn leaf_state<C: Contract>(ctx: &Context<'_>, of: SessionId, held: [Option<(SessionId, C::State)>; 2]) -> Option<C::State> {
+    let (role, via) = read_leaf(ctx, of, |s| Some((role_of::<C>(s)?, s.attributes.get_session(C::via(role_of::<C>(s)?)?))))?;
+    if role == C::HOLDER {
+        return None;
     }
+    held.into_iter().flatten().find(|(id, _)| Some(*id) == via).map(|(_, state)| state)
 }
 
 impl<C: Contract> Reads<C::State> for View<'_, '_, C> {
@@ -249,7 +266,11 @@ impl<C: Contract> Reads<C::State> for View<'_, '_, C> {
         }
         match self.payload.get() {
             Some(p) => p,
-            None => self.read_payload(),
+            None => {
+                let p = payload_id(self.ctx, self.input);
+                self.payload.set(Some(p));
+                p
+            }
         }
     }
 
@@ -270,24 +291,24 @@ impl<C: Contract> Reads<C::State> for View<'_, '_, C> {
         match (self.holder, self.peer) {
             (Some((h, state)), _) if h.id == of => Some(state),
             (_, Some((p, state))) if p.id == of => Some(state),
-            _ => self.leaf_state(of),
+            _ => leaf_state::<C>(self.ctx, of, [self.holder.map(|(h, st)| (h.id, st)), self.peer.map(|(p, st)| (p.id, st))]),
         }
     }
 }
 
-/// Where an arm's action goes.
-enum Target {
-    Holder,
-    Peer,
-    Leaf(SessionCell),
-}
-
 struct Act {
-    target: Target,
-    /// A held session's place in its order of actions, taken under its lock once the arm
-    /// has succeeded (the target is then a `Leaf` with its cell).
+    cell: SessionCell,
+    /// A held session's place in its order of actions, taken under its lock when the arm
+    /// decided the action (given back if the arm then fails, see [`CompiledService::failed`]);
+    /// another session's is taken when the action is applied.
     ticket: Option<ActionTicket>,
     op: SessionOp,
+}
+
+/// A session the dispatcher holds, with its cell.
+pub struct Held<'s> {
+    cell: &'s SessionCell,
+    s: &'s mut SipSession,
 }
 
 /// What an arm sends, inline up to four actions (the dating T7 sends four), in a buffer of the
@@ -298,10 +319,10 @@ type Acts = SmallVec<[Act; 4]>;
 /// actions that take effect once the transition commits and every lock is released.
 pub struct Step<'s, 'a, C: Contract> {
     ctx: &'s mut Context<'a>,
-    event: &'s Event<'s>,
+    input: &'s Input<'s, 's>,
     /// The held sessions (their IDs in them).
-    holder: Option<&'s mut SipSession>,
-    peer: Option<&'s mut SipSession>,
+    holder: Option<Held<'s>>,
+    peer: Option<Held<'s>>,
     /// When the message's session is a leaf: the `once` attribute naming its holder, so that
     /// an arm reading it gets the holder without locking the leaf again.
     sips_via: Option<&'static str>,
@@ -319,14 +340,14 @@ pub struct Step<'s, 'a, C: Contract> {
 impl<C: Contract> Step<'_, '_, C> {
     #[inline]
     fn with<R>(&mut self, id: SessionId, write: bool, f: impl FnOnce(&mut SipSession) -> R) -> Result<R, TransitionError> {
-        if let Some(s) = &mut self.holder {
-            if s.id == id {
-                return Ok(f(s));
+        if let Some(h) = &mut self.holder {
+            if h.s.id == id {
+                return Ok(f(h.s));
             }
         }
-        if let Some(s) = &mut self.peer {
-            if s.id == id {
-                return Ok(f(s));
+        if let Some(p) = &mut self.peer {
+            if p.s.id == id {
+                return Ok(f(p.s));
             }
         }
         if let Some((_, cell)) = self.created.iter().find(|(c, _)| *c == id) {
@@ -346,53 +367,51 @@ impl<C: Contract> Step<'_, '_, C> {
 
     #[inline]
     fn on_session(&mut self, session: SessionId, op: SessionOp) -> Result<(), TransitionError> {
-        let target = match (&self.holder, &self.peer) {
-            (Some(h), _) if h.id == session => Target::Holder,
-            (_, Some(p)) if p.id == session => Target::Peer,
+        // A held session's place in its order is taken now, under its lock.
+        let (cell, ticket) = match (&mut self.holder, &mut self.peer) {
+            (Some(h), _) if h.s.id == session => (h.cell.clone(), Some(h.s.reserve_action())),
+            (_, Some(p)) if p.s.id == session => (p.cell.clone(), Some(p.s.reserve_action())),
             _ => match self.created.iter().find(|(c, _)| *c == session) {
-                Some((_, cell)) => Target::Leaf(cell.clone()),
+                Some((_, cell)) => (cell.clone(), None),
                 // A session gone meanwhile (the engine skips its actions too).
                 None => match self.ctx.session(session) {
-                    Some(cell) => Target::Leaf(cell),
+                    Some(cell) => (cell, None),
                     None => return Ok(()),
                 },
             },
         };
-        self.acts.push(Act { target, ticket: None, op });
+        self.acts.push(Act { cell, ticket, op });
         Ok(())
     }
 
     #[inline]
     fn app(&mut self) -> Option<AppSessionId> {
-        self.created_app.or(self.event.app).or_else(|| self.holder.as_ref().map(|s| s.app))
+        self.created_app.or(self.input.app).or_else(|| self.holder.as_ref().map(|h| h.s.app))
     }
 }
 
 impl<C: Contract> ArmContext for Step<'_, '_, C> {
     #[inline]
     fn sips(&self) -> Option<SessionId> {
-        self.event.session.or(self.created_sips)
+        self.input.session.or(self.created_sips)
     }
 
     #[inline]
     fn body(&self) -> Bytes {
-        self.event.body()
+        self.input.body()
     }
 
     #[inline]
     fn status(&self) -> u16 {
-        self.event.status()
+        self.input.status
     }
 
     #[inline]
     fn accept(&mut self) -> Result<SessionId, TransitionError> {
-        let Trigger::Request { msg, tx, flow, kind } = &self.event.trigger else {
-            return Err(TransitionError::NotARequest("accepted"));
-        };
-        let req = Request::new(msg, *tx, *flow, *kind, self.event.session, self.event.app);
+        let Some(req) = self.input.req else { return Err(TransitionError::NotARequest("accepted")) };
         let app = self.ctx.create_app_session();
         self.created_app = Some(app);
-        let id = self.ctx.accept(&req, Some(app))?;
+        let id = self.ctx.accept(req, Some(app))?;
         if let Some(cell) = self.ctx.session(id) {
             self.created.push((id, cell));
         }
@@ -437,8 +456,8 @@ impl<C: Contract> ArmContext for Step<'_, '_, C> {
     #[inline]
     fn session_attr(&mut self, id: SessionId, name: &str) -> Result<Option<SessionId>, TransitionError> {
         if let (Some(via), Some(holder)) = (self.sips_via, &self.holder) {
-            if self.event.session == Some(id) && via == name {
-                return Ok(Some(holder.id));
+            if self.input.session == Some(id) && via == name {
+                return Ok(Some(holder.s.id));
             }
         }
         self.with(id, false, |s| s.attributes.get_session(name))
@@ -531,43 +550,51 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         self.lock_retries.load(Relaxed)
     }
 
-    fn handle(&self, ctx: &mut Context<'_>, event: &Event<'_>) {
-        let cseq = event.message().and_then(Message::cseq).and_then(|c| c.method.standard_index());
-        let ev = Facts { kind: C::ev(event.method_code()), cseq: C::ev(cseq), status: event.status() };
-        let Some(sid) = event.session else { return self.initial(ctx, event, &ev) };
-        let Some(cell) = ctx.session(sid) else { return self.absorb(ctx, event) };
+    /// What the guards read of an event besides sessions; `kind`, its method code (see
+    /// [`Event::method_code`]), is passed in where the caller knows it without matching.
+    #[inline(always)]
+    fn facts(kind: Option<usize>, msg: Option<&Message>, status: u16) -> Facts<C::Ev> {
+        let cseq = msg.and_then(Message::cseq).and_then(|c| c.method.standard_index());
+        Facts { kind: C::ev(kind), cseq: C::ev(cseq), status }
+    }
+
+    fn handle(&self, ctx: &mut Context<'_>, input: &Input<'_, '_>, ev: &Facts<C::Ev>) {
+        let ev = *ev;
+        let Some(sid) = input.session else { return self.initial(ctx, input, &ev) };
+        let Some(cell) = ctx.session(sid) else { return self.absorb(ctx, input) };
         let g = cell.lock();
         let role = if g.is_removed() { None } else { role_of::<C>(&g) };
         match role {
             // The message's session holds the state: keep its lock.
-            Some(r) if r == C::HOLDER => self.on_holder(ctx, event, &ev, r, sid, &cell, g),
+            Some(r) if r == C::HOLDER => self.on_holder(ctx, input, &ev, r, sid, &cell, g),
             Some(r) => {
                 // A leaf: its holder is a `once` attribute, read and let go.
                 let holder = C::via(r).and_then(|a| g.attributes.get_session(a));
                 drop(g);
-                let Some((h, hcell)) = holder.and_then(|h| Some((h, ctx.session(h)?))) else { return self.absorb(ctx, event) };
+                let Some((h, hcell)) = holder.and_then(|h| Some((h, ctx.session(h)?))) else { return self.absorb(ctx, input) };
                 let hg = hcell.lock();
                 if hg.is_removed() || role_of::<C>(&hg) != Some(C::HOLDER) {
                     drop(hg);
-                    return self.absorb(ctx, event);
+                    return self.absorb(ctx, input);
                 }
-                self.on_holder(ctx, event, &ev, r, h, &hcell, hg)
+                self.on_holder(ctx, input, &ev, r, h, &hcell, hg)
             }
             None => {
                 drop(g);
-                self.absorb(ctx, event)
+                self.absorb(ctx, input)
             }
         }
     }
 
     /// An initial request (no session yet): the initial state, no role, nothing to lock.
-    fn initial(&self, ctx: &mut Context<'_>, event: &Event<'_>, ev: &Facts<C::Ev>) {
-        if !matches!(event.trigger, Trigger::Request { .. }) {
-            return self.absorb(ctx, event);
+    #[inline(never)]
+    fn initial(&self, ctx: &mut Context<'_>, input: &Input<'_, '_>, ev: &Facts<C::Ev>) {
+        if input.req.is_none() {
+            return self.absorb(ctx, input);
         }
         let view: View<'_, '_, C> = View {
             ctx,
-            event,
+            input,
             sips: None,
             sips_via: None,
             holder: None,
@@ -576,10 +603,10 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
             payload: Cell::new(None),
             payload_gone: false,
         };
-        let Some(t) = C::select(C::INITIAL, None, ev, &view) else { return self.absorb(ctx, event) };
+        let Some(t) = C::select(C::INITIAL, None, ev, &view) else { return self.absorb(ctx, input) };
         let payload = view.payload.get().flatten();
         let mut acts = Acts::new();
-        let mut step = self.step(ctx, event, None, None, None, payload, &mut acts);
+        let mut step = self.step(ctx, input, None, None, None, payload, &mut acts);
         let result = self.arms.run(t, &mut step);
         let Step { respond, created_holder, created_app, created, .. } = step;
         if let Err(e) = result {
@@ -595,23 +622,23 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
                 set_state::<C>(&mut s, to);
             }
         }
-        self.commit(ctx, event, t, respond, &mut acts, ended);
+        self.commit(ctx, input, t, respond, &mut acts, ended);
     }
 
     #[allow(clippy::too_many_arguments)]
     fn step<'s, 'a>(
         &self,
         ctx: &'s mut Context<'a>,
-        event: &'s Event<'s>,
-        holder: Option<&'s mut SipSession>,
-        peer: Option<&'s mut SipSession>,
+        input: &'s Input<'s, 's>,
+        holder: Option<Held<'s>>,
+        peer: Option<Held<'s>>,
         sips_via: Option<&'static str>,
         payload: Option<SessionId>,
         acts: &'s mut Acts,
     ) -> Step<'s, 'a, C> {
         Step {
             ctx,
-            event,
+            input,
             holder,
             peer,
             sips_via,
@@ -631,7 +658,7 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
     fn on_holder<'h>(
         &self,
         ctx: &mut Context<'_>,
-        event: &Event<'_>,
+        input: &Input<'_, '_>,
         ev: &Facts<C::Ev>,
         role: C::Role,
         holder: SessionId,
@@ -640,21 +667,21 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
     ) {
         let Some(state) = state_of::<C>(&hg) else {
             drop(hg);
-            return self.absorb(ctx, event);
+            return self.absorb(ctx, input);
         };
         if C::plan(state, ev.kind) != Peer::None {
-            return self.with_peer(ctx, event, ev, role, holder, hcell, hg, state);
+            return self.with_peer(ctx, input, ev, role, holder, hcell, hg, state);
         }
         // No candidate needs another execution (most messages): the holder alone.
-        let sips = event.session;
+        let sips = input.session;
         let sips_via = if sips == Some(holder) { None } else { C::via(role) };
-        let view = View::<C>::held(ctx, event, sips_via, &hg, state);
+        let view = View::<C>::held(ctx, input, sips_via, &hg, state);
         let Some(t) = C::select(state, Some(role), ev, &view) else {
             drop(hg);
-            return self.absorb(ctx, event);
+            return self.absorb(ctx, input);
         };
         let payload = view.payload.get().flatten();
-        self.take(ctx, event, t, state, holder, hcell, hg, None, sips_via, payload);
+        self.take(ctx, input, t, state, holder, hcell, hg, None, sips_via, payload);
     }
 
     /// A message whose candidates may need a peer (see [`Peer`]): both locked in order.
@@ -663,7 +690,7 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
     fn with_peer<'h>(
         &self,
         ctx: &mut Context<'_>,
-        event: &Event<'_>,
+        input: &Input<'_, '_>,
         ev: &Facts<C::Ev>,
         role: C::Role,
         holder: SessionId,
@@ -671,7 +698,7 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         mut hg: MutexGuard<'h, SipSession>,
         state: C::State,
     ) {
-        let sips = event.session;
+        let sips = input.session;
         let mut payload: Option<Option<SessionId>> = None;
         // The state read by `on_holder`; read again only if the locks had to be taken in order.
         let mut known = Some(state);
@@ -679,15 +706,15 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         // removed session), not read again.
         let mut gone_peer = None;
         // The state and the peer with its state, read again if the locks had to be taken in order.
-        let (state, pg): (C::State, Option<(PeerGuard, C::State)>) = loop {
+        let (state, pg): (C::State, Option<HeldPeer<C::State>>) = loop {
             let Some(state) = known.take().or_else(|| state_of::<C>(&hg)) else {
                 drop(hg);
-                return self.absorb(ctx, event);
+                return self.absorb(ctx, input);
             };
             let plan = C::plan(state, ev.kind);
             let peer = match plan {
                 Peer::None => None,
-                Peer::Payload => parse_payload(event),
+                Peer::Payload => parse_payload(input),
                 Peer::SipsAttr(a) if sips == Some(holder) => hg.attributes.get_session(a),
                 Peer::SipsAttr(_) => None,
             };
@@ -714,7 +741,7 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
                 hg = hcell.lock();
                 if hg.is_removed() {
                     drop(hg);
-                    return self.absorb(ctx, event);
+                    return self.absorb(ctx, input);
                 }
                 let again = state_of::<C>(&hg);
                 let same = match again.map(|s| C::plan(s, ev.kind)) {
@@ -723,7 +750,7 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
                     _ => false,
                 };
                 match (same, again, g) {
-                    (true, Some(again), Some(held)) => break (again, Some(held)),
+                    (true, Some(again), Some((g, st))) => break (again, Some((g, st, pcell))),
                     (true, Some(again), None) => {
                         gone_peer = Some(p);
                         break (again, None);
@@ -732,7 +759,7 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
                 }
             };
             match live_state::<C>(&g, ctx.service()) {
-                Some(st) => break (state, Some((g, st))),
+                Some(st) => break (state, Some((g, st, pcell))),
                 None => {
                     gone_peer = Some(p);
                     break (state, None);
@@ -742,19 +769,19 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         let payload_gone = gone_peer.is_some() && matches!(C::plan(state, ev.kind), Peer::Payload);
         let sips_via = if sips == Some(holder) { None } else { C::via(role) };
         let view = View {
-            peer: pg.as_ref().map(|(g, st)| (&**g, *st)),
+            peer: pg.as_ref().map(|(g, st, _)| (&**g, *st)),
             gone_peer,
             payload: Cell::new(payload),
             payload_gone,
-            ..View::<C>::held(ctx, event, sips_via, &hg, state)
+            ..View::<C>::held(ctx, input, sips_via, &hg, state)
         };
         let Some(t) = C::select(state, Some(role), ev, &view) else {
             drop(pg);
             drop(hg);
-            return self.absorb(ctx, event);
+            return self.absorb(ctx, input);
         };
         let payload = if payload_gone { None } else { view.payload.get().flatten() };
-        self.take(ctx, event, t, state, holder, hcell, hg, pg.map(|(g, _)| g), sips_via, payload);
+        self.take(ctx, input, t, state, holder, hcell, hg, pg.map(|(g, _, cell)| (g, cell)), sips_via, payload);
     }
 
     /// Runs transition `t`'s arm on the held sessions, writes the states, takes the held
@@ -764,23 +791,26 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
     fn take<'h>(
         &self,
         ctx: &mut Context<'_>,
-        event: &Event<'_>,
+        input: &Input<'_, '_>,
         t: C::T,
         state: C::State,
         holder: SessionId,
         hcell: &'h SessionCell,
         mut hg: MutexGuard<'h, SipSession>,
-        mut pg: Option<PeerGuard>,
+        mut pg: Option<(PeerGuard, SessionCell)>,
         sips_via: Option<&'static str>,
         payload: Option<SessionId>,
     ) {
         let mut acts = Acts::new();
-        let mut step = self.step(ctx, event, Some(&mut *hg), pg.as_deref_mut(), sips_via, payload, &mut acts);
+        let held = Some(Held { cell: hcell, s: &mut hg });
+        let peer = pg.as_mut().map(|(g, cell)| Held { cell: &*cell, s: g });
+        let mut step = self.step(ctx, input, held, peer, sips_via, payload, &mut acts);
         let result = self.arms.run(t, &mut step);
         let Step { respond, created_app, .. } = step;
         if let Err(e) = result {
             drop(pg);
             drop(hg);
+            self.give_back(ctx, &mut acts);
             return self.failed(ctx, t, e, created_app);
         }
         let mut ended = [None; 2];
@@ -789,34 +819,18 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
             ended[0] = Some(hg.app);
         }
         // A final state on the message's own session is not written: the execution ends next.
-        if to != state && !(C::is_final(to) && event.session == Some(holder)) {
+        if to != state && !(C::is_final(to) && input.session == Some(holder)) {
             set_state::<C>(&mut hg, to);
         }
-        if let (Some(moved), Some(g)) = (C::moves(t), pg.as_mut()) {
+        if let (Some(moved), Some((g, _))) = (C::moves(t), pg.as_mut()) {
             set_state::<C>(g, moved);
             if C::is_final(moved) {
                 ended[1] = Some(g.app);
             }
         }
-        // Each held session's place in its order of actions, taken under its lock.
-        for act in acts.iter_mut() {
-            match act.target {
-                Target::Holder => {
-                    act.ticket = Some(hg.reserve_action());
-                    act.target = Target::Leaf(hcell.clone());
-                }
-                Target::Peer => {
-                    if let Some(g) = pg.as_mut() {
-                        act.ticket = Some(g.reserve_action());
-                        act.target = Target::Leaf(parking_lot::lock_api::ArcMutexGuard::mutex(g).clone());
-                    }
-                }
-                Target::Leaf(_) => {}
-            }
-        }
         drop(pg);
         drop(hg);
-        self.commit(ctx, event, t, respond, &mut acts, ended);
+        self.commit(ctx, input, t, respond, &mut acts, ended);
     }
 
     /// Sends what the transition decided (every lock released), then ends the executions that
@@ -824,20 +838,17 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
     fn commit(
         &self,
         ctx: &mut Context<'_>,
-        event: &Event<'_>,
+        input: &Input<'_, '_>,
         t: C::T,
         respond: Option<u16>,
         acts: &mut Acts,
         ended: [Option<AppSessionId>; 2],
     ) {
-        if let (Some(status), Trigger::Request { msg, tx, flow, kind }) = (respond, &event.trigger) {
-            let req = Request::new(msg, *tx, *flow, *kind, event.session, event.app);
-            ctx.respond(&req, status);
+        if let (Some(status), Some(req)) = (respond, input.req) {
+            ctx.respond(req, status);
         }
         // Drained in place: no move of the inline buffer.
-        for Act { target, ticket, op } in acts.drain(..) {
-            // Every target is a cell by now (the held sessions' were given theirs above).
-            let Target::Leaf(cell) = target else { continue };
+        for Act { cell, ticket, op } in acts.drain(..) {
             let mut s = cell.lock();
             let ticket = ticket.unwrap_or_else(|| s.reserve_action());
             // At the session's home, in the order the actions were decided.
@@ -847,6 +858,20 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
             ctx.invalidate(app);
         }
         self.stats.transitions[C::index(t)].count.fetch_add(1, Relaxed);
+    }
+
+    /// A failed arm's places in the held sessions' orders of actions, taken for actions it
+    /// will not send: each is passed with nothing done, so that later actions do not wait
+    /// for it.
+    #[cold]
+    #[inline(never)]
+    fn give_back(&self, ctx: &mut Context<'_>, acts: &mut Acts) {
+        for Act { cell, ticket, .. } in acts.drain(..) {
+            if let Some(ticket) = ticket {
+                let mut s = cell.lock();
+                ctx.act_in_order(&cell, &mut s, ticket, |_: &mut Context<'_>, _: &mut SipSession| {});
+            }
+        }
     }
 
     #[cold]
@@ -859,9 +884,11 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         }
     }
 
-    fn absorb(&self, ctx: &mut Context<'_>, event: &Event<'_>) {
+    fn absorb(&self, ctx: &mut Context<'_>, input: &Input<'_, '_>) {
         self.stats.absorbed.fetch_add(1, Relaxed);
-        answer_absorbed(ctx, event);
+        if let Some(req) = input.req {
+            answer_absorbed_request(ctx, req);
+        }
     }
 }
 
@@ -870,21 +897,34 @@ impl<C: Contract, A: Arms<C>> Service for CompiledService<C, A> {
         self.ua.as_ref()
     }
 
+    // The facts are read where the kind of event is known (no match on the trigger per read).
     fn on_request(&self, ctx: &mut Context<'_>, req: &Request<'_>) {
-        self.handle(ctx, &Event::from_request(req));
+        // A request's CSeq names its method (the parser refuses one that does not).
+        let kind = C::ev(req.msg.method().and_then(Method::standard_index));
+        let ev = Facts { kind, cseq: kind, status: 0 };
+        let input = Input { req: Some(req), msg: Some(req.msg), session: req.session, app: req.app, status: 0 };
+        self.handle(ctx, &input, &ev);
     }
 
     fn on_response(&self, ctx: &mut Context<'_>, session: SessionId, response: ResponseEvent<'_>) {
-        self.handle(ctx, &Event::from_response(session, &response));
+        let status = response.status();
+        let msg = match &response {
+            ResponseEvent::Received(m) => Some(*m),
+            _ => None,
+        };
+        let ev = Self::facts(Some(response_code(status)), msg, status);
+        self.handle(ctx, &Input { req: None, msg, session: Some(session), app: None, status }, &ev);
     }
 
     fn on_timer(&self, ctx: &mut Context<'_>, app: AppSessionId, _timer: TimerId, name: &'static str) {
         let session = ctx.with_app(app, |a| a.sessions.first().copied()).flatten();
-        self.handle(ctx, &Event { trigger: Trigger::Timer { name }, session, app: Some(app) });
+        let code = Event { trigger: Trigger::Timer { name }, session, app: Some(app) }.method_code();
+        self.handle(ctx, &Input { req: None, msg: None, session, app: Some(app), status: 0 }, &Self::facts(code, None, 0));
     }
 
     fn on_cancelled(&self, ctx: &mut Context<'_>, session: SessionId) {
-        self.handle(ctx, &Event { trigger: Trigger::Cancelled, session: Some(session), app: None });
+        let code = Event { trigger: Trigger::Cancelled, session: Some(session), app: None }.method_code();
+        self.handle(ctx, &Input { req: None, msg: None, session: Some(session), app: None, status: 0 }, &Self::facts(code, None, 0));
     }
 
     fn metrics_text(&self) -> String {

@@ -2075,15 +2075,22 @@ impl<H: Handler> Env for EvalEnv<'_, '_, H> {
 /// for 32 s: OPTIONS (a keep-alive ping) gets 200, anything else 481 inside a dialog (the call
 /// is not in a state that takes it) or 405 outside one.
 pub(crate) fn answer_absorbed(ctx: &mut Context<'_>, event: &Event<'_>) {
-    let Trigger::Request { msg, tx: Some(tx), flow, kind } = &event.trigger else { return };
-    let status = match msg.method() {
+    let Trigger::Request { msg, tx, flow, kind } = &event.trigger else { return };
+    answer_absorbed_request(ctx, &Request::new(msg, *tx, *flow, *kind, event.session, event.app));
+}
+
+/// [`answer_absorbed`] for a request as the container delivered it.
+pub(crate) fn answer_absorbed_request(ctx: &mut Context<'_>, req: &Request<'_>) {
+    if req.tx.is_none() {
+        return;
+    }
+    let status = match req.msg.method() {
         Some(tandem_sip::Method::Ack) | None => return,
         Some(tandem_sip::Method::Options) => 200,
-        Some(_) if event.session.is_some() => 481,
+        Some(_) if req.session.is_some() => 481,
         Some(_) => 405,
     };
-    let req = Request::new(msg, Some(*tx), *flow, *kind, event.session, event.app);
-    ctx.respond_with(&req, status, &[("Warning", "399 tandem \"no transition of the service's machine accepts this request now\"")], None);
+    ctx.respond_with(req, status, &[("Warning", "399 tandem \"no transition of the service's machine accepts this request now\"")], None);
 }
 
 /// Sends what the arm sent, now that the transition commits. Sends on a session owned by

@@ -19,6 +19,17 @@ pub(crate) fn method_code_name(code: usize) -> &'static str {
     }
 }
 
+/// The method code ([`Event::method_code`]) of a response of `status`: `PROVISIONAL`, `OK` or
+/// `ERROR`.
+pub(crate) fn response_code(status: u16) -> usize {
+    let standard = Method::STANDARD_NAMES.len();
+    match status {
+        ..200 => standard,
+        200..300 => standard + 1,
+        _ => standard + 2,
+    }
+}
+
 /// A message borrowed from the container, or owned (boxed: events move by value, through
 /// `start`, `begin` and into a negotiation, so they are kept a few words long).
 #[derive(Debug, Clone)]
@@ -130,9 +141,7 @@ impl<'m> Event<'m> {
         let standard = Method::STANDARD_NAMES.len();
         Some(match &self.trigger {
             Trigger::Request { msg, .. } => return msg.method().and_then(Method::standard_index),
-            Trigger::Response { status, .. } if *status < 200 => standard,
-            Trigger::Response { status, .. } if *status < 300 => standard + 1,
-            Trigger::Response { .. } => standard + 2,
+            Trigger::Response { status, .. } => response_code(*status),
             Trigger::Timer { .. } => standard + 3,
             Trigger::Cancelled => Method::Cancel.standard_index()?,
         })

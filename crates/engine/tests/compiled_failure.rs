@@ -1,0 +1,122 @@
+//! A compiled contract's arm that acts on its held session and then fails sends nothing, and
+//! does not hold up the session's later actions: the place in the session's order of actions
+//! the failed arm took (under the lock, when it decided the action) is given back.
+
+use bytes::Bytes;
+use rand::SeedableRng;
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Instant;
+use tandem_container::{ContainerConfig, Core, CoreParts, IdSource, Locals, Metrics, RouteRule, Service, Services, SessionStore};
+use tandem_engine::dispatch::{Arms, CompiledService, Step};
+use tandem_engine::{ArmContext, Body, HandlerError};
+use tandem_sip::{Flow, Method, Transport};
+
+/// `pairing_stress.machine` compiled by `tandem_contract::codegen` (build.rs).
+#[allow(clippy::all, dead_code)]
+mod pairing_contract {
+    include!(concat!(env!("OUT_DIR"), "/pairing_stress_contract.rs"));
+}
+
+use pairing_contract::T as Arm;
+
+/// Busy sends an INFO on the caller's own session; the first Busy then fails.
+struct FailsOnce {
+    busy: AtomicU32,
+}
+
+impl Arms<pairing_contract::Machine> for FailsOnce {
+    fn run(&self, arm: Arm, t: &mut Step<'_, '_, pairing_contract::Machine>) -> Result<(), HandlerError> {
+        match arm {
+            Arm::Join => {
+                let me = t.accept()?;
+                t.set_role_and_attrs(me, "Party", [])?;
+                t.answer(me, 200, None)?;
+            }
+            Arm::Busy => {
+                let me = t.sips().ok_or_else(|| HandlerError("no session".into()))?;
+                let n = self.busy.fetch_add(1, Relaxed);
+                t.send(me, Method::Info, Some(Body::new("text/plain", format!("busy {n}"))))?;
+                t.respond(200);
+                if n == 0 {
+                    return Err(HandlerError("the first Busy fails after deciding its INFO".into()));
+                }
+            }
+            _ => t.respond(200),
+        }
+        Ok(())
+    }
+}
+
+struct Rig {
+    core: Core,
+    sent: Vec<String>,
+}
+
+impl Rig {
+    fn new(service: Arc<dyn Service>) -> Rig {
+        let services = Arc::new(Services::new(vec![("pairing".to_string(), service)]));
+        let core = Core::new(CoreParts {
+            executor: 0,
+            executors: 1,
+            config: Arc::new(ContainerConfig::default()),
+            routes: Arc::new(vec![RouteRule::catch_all("pairing")]),
+            store: Arc::new(SessionStore::default()),
+            metrics: Arc::new(Metrics::new(1)),
+            locals: Arc::new(Locals::new(&[(Transport::Udp, "127.0.0.1:5060".parse().unwrap())], None)),
+            services,
+            ids: IdSource::new(rand_chacha::ChaCha20Rng::seed_from_u64(1)),
+        });
+        Rig { core, sent: Vec::new() }
+    }
+
+    /// Delivers `text`, then runs what was posted until nothing is (at most 100 rounds: an
+    /// action waiting for a place never given back would be posted again for ever).
+    fn deliver(&mut self, text: String) {
+        let flow = Flow { transport: Transport::Udp, listener: 0, connection: 0, remote: "127.0.0.1:5061".parse().unwrap() };
+        let msg = tandem_sip::parse_datagram(Bytes::from(text), &Default::default()).expect("test SIP parses");
+        let now = Instant::now();
+        self.core.on_message(now, msg, flow);
+        for _ in 0..100 {
+            let posts = self.core.take_posts();
+            if posts.is_empty() {
+                break;
+            }
+            for (_, service, work) in posts {
+                self.core.run_post(now, service, work);
+            }
+        }
+        while let Some(t) = self.core.poll_transmit() {
+            self.sent.push(String::from_utf8_lossy(&t.payload).into_owned());
+        }
+    }
+}
+
+fn in_dialog(method: &str, to_tag: &str, seq: u32, body: &str) -> String {
+    format!(
+        "{method} sip:pairing@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5061;branch=z9hG4bKf{seq}\r\nFrom: <sip:p0@x>;tag=f0\r\nTo: <sip:pairing@127.0.0.1>;tag={to_tag}\r\nCall-ID: call-0\r\nCSeq: {seq} {method}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+#[test]
+fn a_failed_arm_gives_back_its_place_in_the_held_sessions_order_of_actions() {
+    let service = CompiledService::new("pairing", FailsOnce { busy: AtomicU32::new(0) }, None);
+    let mut rig = Rig::new(service.clone());
+    rig.deliver(
+        "INVITE sip:pairing@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5061;branch=z9hG4bKi0\r\nFrom: <sip:p0@x>;tag=f0\r\nTo: <sip:pairing@127.0.0.1>\r\nCall-ID: call-0\r\nCSeq: 1 INVITE\r\nContact: <sip:p0@127.0.0.1:5061>\r\nContent-Length: 0\r\n\r\n"
+            .to_string(),
+    );
+    let ok = rig.sent.iter().find(|m| m.starts_with("SIP/2.0 200")).expect("the INVITE answered 200");
+    let to_tag =
+        ok.lines().find(|l| l.starts_with("To:")).and_then(|l| l.split(";tag=").nth(1)).expect("a To tag in the 200").trim().to_string();
+    rig.deliver(in_dialog("ACK", &to_tag, 1, ""));
+    // Busy (no such peer), twice: the first arm decides an INFO, then fails.
+    rig.deliver(in_dialog("MESSAGE", &to_tag, 2, "0123456789abcdef0123456789abcdef"));
+    rig.deliver(in_dialog("MESSAGE", &to_tag, 3, "0123456789abcdef0123456789abcdef"));
+    assert_eq!(service.failures("Busy"), 1);
+    assert_eq!(service.transition_count("Busy"), 1);
+    let infos: Vec<&String> = rig.sent.iter().filter(|m| m.starts_with("INFO ")).collect();
+    assert_eq!(infos.len(), 1, "one INFO sent (the failed arm's is not): {:?}", rig.sent);
+    assert!(infos[0].ends_with("busy 1"), "the second Busy's INFO went out: {}", infos[0]);
+}
