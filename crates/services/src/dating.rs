@@ -92,7 +92,7 @@ impl Handler for Dating {
 }
 
 impl Arms<contract::Machine> for Dating {
-    #[inline]
+    #[inline(always)]
     fn run(&self, arm: Arm, step: &mut Step<'_, '_, contract::Machine>) -> Result<(), HandlerError> {
         self.run_arm(arm, step)
     }
@@ -101,7 +101,7 @@ impl Arms<contract::Machine> for Dating {
 impl Dating {
     /// The arms, one per transition: the same code whether the engine or the compiled
     /// contract runs them.
-    #[inline]
+    #[inline(always)]
     fn run_arm(&self, arm: Arm, t: &mut impl ArmContext) -> Result<(), HandlerError> {
         let sips = t.sips();
         match arm {
