@@ -161,7 +161,7 @@ fn live_state<C: Contract>(s: &SipSession, service: ServiceId) -> Option<C::Stat
 
 /// An event as the compiled dispatcher takes it: what the container delivered, borrowed (the
 /// request's flow is not copied, nor a request rebuilt to answer it).
-pub struct Input<'r, 'm> {
+struct Input<'r, 'm> {
     req: Option<&'r Request<'m>>,
     msg: Option<&'r Message>,
     /// The session the message arrived on (`None` for an initial request).
@@ -299,14 +299,14 @@ impl<C: Contract> Reads<C::State> for View<'_, '_, C> {
 struct Act {
     cell: SessionCell,
     /// A held session's place in its order of actions, taken under its lock when the arm
-    /// decided the action (given back if the arm then fails, see [`CompiledService::failed`]);
+    /// decided the action (given back if the arm then fails: `CompiledService::give_back`);
     /// another session's is taken when the action is applied.
     ticket: Option<ActionTicket>,
     op: SessionOp,
 }
 
 /// A session the dispatcher holds, with its cell.
-pub struct Held<'s> {
+struct Held<'s> {
     cell: &'s SessionCell,
     s: &'s mut SipSession,
 }
@@ -784,8 +784,9 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         self.take(ctx, input, t, state, holder, hcell, hg, pg.map(|(g, _, cell)| (g, cell)), sips_via, payload);
     }
 
-    /// Runs transition `t`'s arm on the held sessions, writes the states, takes the held
-    /// sessions' places in their orders of actions, releases them and commits.
+    /// Runs transition `t`'s arm on the held sessions (each action it decides on one takes
+    /// that session's next place in its order of actions), writes the states, releases the
+    /// sessions and commits; if the arm fails, gives the places back.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn take<'h>(
