@@ -24,7 +24,7 @@
 
 use crate::arm::ArmContext;
 use crate::engine::{answer_absorbed_request, HandlerError, ROLE, STATE};
-use crate::event::{response_code, Event, Trigger};
+use crate::event::{response_code, timer_code};
 use crate::stats::ServiceStats;
 use crate::transition::{Body, SessionOp, TransitionError};
 use bytes::Bytes;
@@ -99,7 +99,7 @@ pub trait Contract: Send + Sync + 'static {
     fn role_named(name: &str) -> Option<Self::Role>;
     /// The `once` attribute by which a session of role `r` reaches its state holder.
     fn via(r: Self::Role) -> Option<&'static str>;
-    /// The event of a method code ([`Event::method_code`]).
+    /// The event of a method code ([`crate::event::Event::method_code`]).
     fn ev(code: Option<usize>) -> Self::Ev;
     /// The transition's place in [`Self::NAMES`].
     fn index(t: Self::T) -> usize;
@@ -551,7 +551,7 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
     }
 
     /// What the guards read of an event besides sessions; `kind`, its method code (see
-    /// [`Event::method_code`]), is passed in where the caller knows it without matching.
+    /// [`crate::event::Event::method_code`]), is passed in where the caller knows it without matching.
     #[inline(always)]
     fn facts(kind: Option<usize>, msg: Option<&Message>, status: u16) -> Facts<C::Ev> {
         let cseq = msg.and_then(Message::cseq).and_then(|c| c.method.standard_index());
@@ -917,14 +917,15 @@ impl<C: Contract, A: Arms<C>> Service for CompiledService<C, A> {
         self.handle(ctx, &Input { req: None, msg, session: Some(session), app: None, status }, &ev);
     }
 
-    fn on_timer(&self, ctx: &mut Context<'_>, app: AppSessionId, _timer: TimerId, name: &'static str) {
+    // The contracts name a timer's event only (`TIMER`), not the timer.
+    fn on_timer(&self, ctx: &mut Context<'_>, app: AppSessionId, _timer: TimerId, _name: &'static str) {
         let session = ctx.with_app(app, |a| a.sessions.first().copied()).flatten();
-        let code = Event { trigger: Trigger::Timer { name }, session, app: Some(app) }.method_code();
-        self.handle(ctx, &Input { req: None, msg: None, session, app: Some(app), status: 0 }, &Self::facts(code, None, 0));
+        self.handle(ctx, &Input { req: None, msg: None, session, app: Some(app), status: 0 }, &Self::facts(Some(timer_code()), None, 0));
     }
 
     fn on_cancelled(&self, ctx: &mut Context<'_>, session: SessionId) {
-        let code = Event { trigger: Trigger::Cancelled, session: Some(session), app: None }.method_code();
+        // A cancelled INVITE is the contract's CANCEL.
+        let code = Method::Cancel.standard_index();
         self.handle(ctx, &Input { req: None, msg: None, session: Some(session), app: None, status: 0 }, &Self::facts(code, None, 0));
     }
 

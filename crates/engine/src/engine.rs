@@ -2075,7 +2075,8 @@ impl<H: Handler> Env for EvalEnv<'_, '_, H> {
 /// for 32 s: OPTIONS (a keep-alive ping) gets 200, anything else 481 inside a dialog (the call
 /// is not in a state that takes it) or 405 outside one.
 pub(crate) fn answer_absorbed(ctx: &mut Context<'_>, event: &Event<'_>) {
-    let Trigger::Request { msg, tx, flow, kind } = &event.trigger else { return };
+    // Without a transaction (an ACK) there is nothing to answer: no request rebuilt for it.
+    let Trigger::Request { msg, tx: tx @ Some(_), flow, kind } = &event.trigger else { return };
     answer_absorbed_request(ctx, &Request::new(msg, *tx, *flow, *kind, event.session, event.app));
 }
 

@@ -30,6 +30,11 @@ pub(crate) fn response_code(status: u16) -> usize {
     }
 }
 
+/// The method code ([`Event::method_code`]) of a timer's event, `TIMER`.
+pub(crate) fn timer_code() -> usize {
+    Method::STANDARD_NAMES.len() + 3
+}
+
 /// A message borrowed from the container, or owned (boxed: events move by value, through
 /// `start`, `begin` and into a negotiation, so they are kept a few words long).
 #[derive(Debug, Clone)]
@@ -138,11 +143,10 @@ impl<'m> Event<'m> {
     /// [`Self::method`] as a code ([`method_code_name`]), for the names it can be without
     /// comparing text; None for an extension method (or a request without one).
     pub(crate) fn method_code(&self) -> Option<usize> {
-        let standard = Method::STANDARD_NAMES.len();
         Some(match &self.trigger {
             Trigger::Request { msg, .. } => return msg.method().and_then(Method::standard_index),
             Trigger::Response { status, .. } => response_code(*status),
-            Trigger::Timer { .. } => standard + 3,
+            Trigger::Timer { .. } => timer_code(),
             Trigger::Cancelled => Method::Cancel.standard_index()?,
         })
     }
