@@ -33,6 +33,7 @@ use smallvec::SmallVec;
 use std::cell::Cell;
 use std::fmt::Write;
 use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
@@ -315,6 +316,39 @@ struct Held<'s> {
 /// dispatcher's frame: moved neither into the arm nor out of it.
 type Acts = SmallVec<[Act; 4]>;
 
+/// A drained action buffer: freed only if it spilled to the heap.
+#[inline(always)]
+fn free_drained(acts: &mut ManuallyDrop<Acts>) {
+    debug_assert!(acts.is_empty());
+    if acts.spilled() {
+        // Moved out only here: the inline buffer is never copied.
+        drop(std::mem::take(&mut **acts));
+    }
+}
+
+/// The sessions an arm created, by ID (their cells are looked up when written): no drop glue,
+/// so a step that creates nothing (all but initial transitions) pays nothing to drop it.
+#[derive(Default)]
+struct Created {
+    ids: [Option<SessionId>; CREATED_MAX],
+}
+
+/// An initial transition creates its execution's sessions (the dating T1: two).
+const CREATED_MAX: usize = 4;
+
+impl Created {
+    #[inline]
+    fn has(&self, id: SessionId) -> bool {
+        self.ids.contains(&Some(id))
+    }
+
+    fn add(&mut self, id: SessionId) -> Result<(), TransitionError> {
+        let slot = self.ids.iter_mut().find(|s| s.is_none()).ok_or(TransitionError::TooManyCreated(CREATED_MAX))?;
+        *slot = Some(id);
+        Ok(())
+    }
+}
+
 /// What an arm gets from a [`CompiledService`]: the held sessions, the sessions it creates, and
 /// actions that take effect once the transition commits and every lock is released.
 pub struct Step<'s, 'a, C: Contract> {
@@ -327,7 +361,7 @@ pub struct Step<'s, 'a, C: Contract> {
     /// an arm reading it gets the holder without locking the leaf again.
     sips_via: Option<&'static str>,
     payload: Option<SessionId>,
-    created: SmallVec<[(SessionId, SessionCell); 2]>,
+    created: Created,
     created_sips: Option<SessionId>,
     /// The created session the arm gave the state-holding role (an initial transition's).
     created_holder: Option<SessionId>,
@@ -350,7 +384,8 @@ impl<C: Contract> Step<'_, '_, C> {
                 return Ok(f(p.s));
             }
         }
-        if let Some((_, cell)) = self.created.iter().find(|(c, _)| *c == id) {
+        if self.created.has(id) {
+            let cell = self.ctx.session(id).ok_or(TransitionError::NoSuchSession(id))?;
             return Ok(f(&mut cell.lock()));
         }
         if write {
@@ -371,13 +406,10 @@ impl<C: Contract> Step<'_, '_, C> {
         let (cell, ticket) = match (&mut self.holder, &mut self.peer) {
             (Some(h), _) if h.s.id == session => (h.cell.clone(), Some(h.s.reserve_action())),
             (_, Some(p)) if p.s.id == session => (p.cell.clone(), Some(p.s.reserve_action())),
-            _ => match self.created.iter().find(|(c, _)| *c == session) {
-                Some((_, cell)) => (cell.clone(), None),
-                // A session gone meanwhile (the engine skips its actions too).
-                None => match self.ctx.session(session) {
-                    Some(cell) => (cell, None),
-                    None => return Ok(()),
-                },
+            // A created session or a leaf; one gone meanwhile is skipped (as the engine does).
+            _ => match self.ctx.session(session) {
+                Some(cell) => (cell, None),
+                None => return Ok(()),
             },
         };
         self.acts.push(Act { cell, ticket, op });
@@ -412,9 +444,7 @@ impl<C: Contract> ArmContext for Step<'_, '_, C> {
         let app = self.ctx.create_app_session();
         self.created_app = Some(app);
         let id = self.ctx.accept(req, Some(app))?;
-        if let Some(cell) = self.ctx.session(id) {
-            self.created.push((id, cell));
-        }
+        self.created.add(id)?;
         self.created_sips = Some(id);
         Ok(id)
     }
@@ -423,9 +453,7 @@ impl<C: Contract> ArmContext for Step<'_, '_, C> {
     fn create_leg(&mut self, from_uri: &str, to_uri: &str, target: Destination) -> Result<SessionId, TransitionError> {
         let app = self.app().ok_or(TransitionError::NotARequest("given a leg"))?;
         let id = self.ctx.create_uac_session(app, from_uri, to_uri, target)?;
-        if let Some(cell) = self.ctx.session(id) {
-            self.created.push((id, cell));
-        }
+        self.created.add(id)?;
         Ok(id)
     }
 
@@ -437,7 +465,7 @@ impl<C: Contract> ArmContext for Step<'_, '_, C> {
         attrs: [(&str, AttrValue); N],
     ) -> Result<(), TransitionError> {
         let Some(r) = C::role_named(role) else { return Err(TransitionError::UnknownRole(role.to_string())) };
-        if r == C::HOLDER && self.created.iter().any(|(c, _)| *c == id) {
+        if r == C::HOLDER && self.created.has(id) {
             self.created_holder = Some(id);
         }
         self.with(id, true, |s| {
@@ -448,12 +476,12 @@ impl<C: Contract> ArmContext for Step<'_, '_, C> {
         })
     }
 
-    #[inline]
+    #[inline(always)]
     fn attr(&mut self, id: SessionId, name: &str) -> Result<Option<AttrValue>, TransitionError> {
         self.with(id, false, |s| s.attributes.get(name).cloned())
     }
 
-    #[inline]
+    #[inline(always)]
     fn session_attr(&mut self, id: SessionId, name: &str) -> Result<Option<SessionId>, TransitionError> {
         if let (Some(via), Some(holder)) = (self.sips_via, &self.holder) {
             if self.input.session == Some(id) && via == name {
@@ -614,7 +642,7 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         }
         let to = C::target(t, C::INITIAL);
         let mut ended = [None; 2];
-        if let Some((_, cell)) = created_holder.and_then(|h| created.iter().find(|(c, _)| *c == h)) {
+        if let Some(cell) = created_holder.filter(|h| created.has(*h)).and_then(|h| ctx.session(h)) {
             let mut s = cell.lock();
             if C::is_final(to) {
                 ended[0] = Some(s.app);
@@ -643,7 +671,7 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
             peer,
             sips_via,
             payload,
-            created: SmallVec::new(),
+            created: Created::default(),
             created_sips: None,
             created_holder: None,
             created_app: None,
@@ -802,7 +830,9 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         sips_via: Option<&'static str>,
         payload: Option<SessionId>,
     ) {
-        let mut acts = Acts::new();
+        // Drained on every path below (commit, give_back): only a spilled buffer has anything
+        // left to free, so the inline one's drop glue (an out-of-line call) is skipped.
+        let mut acts = ManuallyDrop::new(Acts::new());
         let held = Some(Held { cell: hcell, s: &mut hg });
         let peer = pg.as_mut().map(|(g, cell)| Held { cell: &*cell, s: g });
         let mut step = self.step(ctx, input, held, peer, sips_via, payload, &mut acts);
@@ -812,6 +842,7 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
             drop(pg);
             drop(hg);
             self.give_back(ctx, &mut acts);
+            free_drained(&mut acts);
             return self.failed(ctx, t, e, created_app);
         }
         let mut ended = [None; 2];
@@ -832,6 +863,7 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         drop(pg);
         drop(hg);
         self.commit(ctx, input, t, respond, &mut acts, ended);
+        free_drained(&mut acts);
     }
 
     /// Sends what the transition decided (every lock released), then ends the executions that
@@ -944,8 +976,21 @@ impl<C: Contract, A: Arms<C>> Service for CompiledService<C, A> {
 
 #[cfg(test)]
 mod tests {
-    use super::session_id_in;
+    use super::{session_id_in, Created, CREATED_MAX};
+    use crate::transition::TransitionError;
     use tandem_container::SessionId;
+
+    #[test]
+    fn a_step_records_the_sessions_it_creates_up_to_its_limit() {
+        let mut created = Created::default();
+        for n in 1..=CREATED_MAX as u128 {
+            assert!(!created.has(SessionId(n)));
+            assert!(created.add(SessionId(n)).is_ok());
+            assert!(created.has(SessionId(n)));
+        }
+        assert!(matches!(created.add(SessionId(99)), Err(TransitionError::TooManyCreated(CREATED_MAX))));
+        assert!(!created.has(SessionId(99)));
+    }
 
     #[test]
     fn a_payload_names_a_session_with_whitespace_around_it_as_the_engine_reads_it() {

@@ -26,6 +26,8 @@ pub enum TransitionError {
     NotARequest(&'static str),
     #[error("role {0:?} is not declared by the contract")]
     UnknownRole(String),
+    #[error("a transition of a compiled contract creates at most {0} sessions")]
+    TooManyCreated(usize),
 }
 
 /// A message body an arm sends: its content type and its bytes, shared rather than copied (a

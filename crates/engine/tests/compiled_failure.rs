@@ -120,3 +120,49 @@ fn a_failed_arm_gives_back_its_place_in_the_held_sessions_order_of_actions() {
     assert_eq!(infos.len(), 1, "one INFO sent (the failed arm's is not): {:?}", rig.sent);
     assert!(infos[0].ends_with("busy 1"), "the second Busy's INFO went out: {}", infos[0]);
 }
+
+/// Busy sends six INFOs on the caller's own session: more than the dispatcher's action buffer
+/// holds inline (four), so the buffer spills to the heap.
+struct Chatty;
+
+impl Arms<pairing_contract::Machine> for Chatty {
+    fn run(&self, arm: Arm, t: &mut Step<'_, '_, pairing_contract::Machine>) -> Result<(), HandlerError> {
+        match arm {
+            Arm::Join => {
+                let me = t.accept()?;
+                t.set_role_and_attrs(me, "Party", [])?;
+                t.answer(me, 200, None)?;
+            }
+            Arm::Busy => {
+                let me = t.sips().ok_or_else(|| HandlerError("no session".into()))?;
+                for k in 0..6 {
+                    t.send(me, Method::Info, Some(Body::new("text/plain", format!("info {k}"))))?;
+                }
+                t.respond(200);
+            }
+            _ => t.respond(200),
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn an_arm_deciding_more_actions_than_the_inline_buffer_holds_sends_them_all_in_order() {
+    let service = CompiledService::new("pairing", Chatty, None);
+    let mut rig = Rig::new(service.clone());
+    rig.deliver(
+        "INVITE sip:pairing@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5061;branch=z9hG4bKi0\r\nFrom: <sip:p0@x>;tag=f0\r\nTo: <sip:pairing@127.0.0.1>\r\nCall-ID: call-0\r\nCSeq: 1 INVITE\r\nContact: <sip:p0@127.0.0.1:5061>\r\nContent-Length: 0\r\n\r\n"
+            .to_string(),
+    );
+    let ok = rig.sent.iter().find(|m| m.starts_with("SIP/2.0 200")).expect("the INVITE answered 200");
+    let to_tag =
+        ok.lines().find(|l| l.starts_with("To:")).and_then(|l| l.split(";tag=").nth(1)).expect("a To tag in the 200").trim().to_string();
+    rig.deliver(in_dialog("ACK", &to_tag, 1, ""));
+    for seq in [2, 3] {
+        rig.deliver(in_dialog("MESSAGE", &to_tag, seq, "0123456789abcdef0123456789abcdef"));
+    }
+    assert_eq!(service.transition_count("Busy"), 2);
+    let infos: Vec<&str> = rig.sent.iter().filter(|m| m.starts_with("INFO ")).map(|m| m.rsplit("\r\n").next().unwrap_or("")).collect();
+    let want: Vec<String> = (0..2).flat_map(|_| (0..6).map(|k| format!("info {k}"))).collect();
+    assert_eq!(infos, want, "every INFO, in the order decided: {:?}", rig.sent);
+}

@@ -61,6 +61,7 @@ pub mod contract {
 use contract::T as Arm;
 
 impl Dating {
+    #[inline(always)]
     fn session_attr(
         t: &mut impl ArmContext,
         id: tandem_container::SessionId,
@@ -70,6 +71,7 @@ impl Dating {
     }
 
     /// The caller's SDP offer (shared, not copied).
+    #[inline(always)]
     fn sdp(t: &mut impl ArmContext, caller: tandem_container::SessionId) -> Result<Body, HandlerError> {
         Ok(match t.attr(caller, "sdp")? {
             Some(AttrValue::Bytes(b)) => Body::new(SDP, b),
