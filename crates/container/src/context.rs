@@ -85,6 +85,16 @@ impl<'a> Context<'a> {
         self.st.reply_with(self.now, tx, req.msg, status, headers, body);
     }
 
+    /// Answers a request its service failed to handle (nothing the service decided was sent)
+    /// with 500, so that its sender neither retransmits it for 32 s nor waits that long for a
+    /// final answer; an ACK (no transaction) gets nothing.
+    pub fn respond_failed(&mut self, req: &Request<'_>) {
+        if req.tx.is_none() || matches!(req.msg.method(), Some(Method::Ack) | None) {
+            return;
+        }
+        self.respond_with(req, 500, &[("Warning", "399 tandem \"the service failed to handle this request\"")], None);
+    }
+
     // ----- sessions -----
 
     pub fn create_app_session(&mut self) -> AppSessionId {

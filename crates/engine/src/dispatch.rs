@@ -638,7 +638,7 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         let result = self.arms.run(t, &mut step);
         let Step { respond, created_holder, created_app, created, .. } = step;
         if let Err(e) = result {
-            return self.failed(ctx, t, e, created_app);
+            return self.failed(ctx, input, t, e, created_app);
         }
         let to = C::target(t, C::INITIAL);
         let mut ended = [None; 2];
@@ -843,7 +843,7 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
             drop(hg);
             self.give_back(ctx, &mut acts);
             free_drained(&mut acts);
-            return self.failed(ctx, t, e, created_app);
+            return self.failed(ctx, input, t, e, created_app);
         }
         let mut ended = [None; 2];
         let to = C::target(t, state);
@@ -909,9 +909,12 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
 
     #[cold]
     #[inline(never)]
-    fn failed(&self, ctx: &mut Context<'_>, t: C::T, e: HandlerError, created_app: Option<AppSessionId>) {
-        tracing::warn!(service = %self.name, transition = C::NAMES[C::index(t)], error = %e, "transition failed; nothing sent");
+    fn failed(&self, ctx: &mut Context<'_>, input: &Input<'_, '_>, t: C::T, e: HandlerError, created_app: Option<AppSessionId>) {
+        tracing::warn!(service = %self.name, transition = C::NAMES[C::index(t)], error = %e, "transition failed; nothing sent but a 500");
         self.stats.transitions[C::index(t)].failures.fetch_add(1, Relaxed);
+        if let Some(req) = input.req {
+            ctx.respond_failed(req);
+        }
         if let Some(app) = created_app {
             ctx.invalidate(app);
         }

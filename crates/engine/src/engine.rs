@@ -1280,7 +1280,7 @@ impl<H: Handler> MachineService<H> {
                 self.finish_executions(ctx, neg, transition, vars, done.created_sips, &cells);
                 stats.count.fetch_add(1, Relaxed);
             }
-            Err(e) => self.failed(ctx, transition, e, done.created_apps),
+            Err(e) => self.failed(ctx, &neg.event, transition, e, done.created_apps),
         }
         // Shared counters: touched only when there is something to add.
         if neg.backoffs != 0 {
@@ -1299,10 +1299,20 @@ impl<H: Handler> MachineService<H> {
     /// created go. Out of line: the logging is most of `run_with`'s code otherwise.
     #[cold]
     #[inline(never)]
-    fn failed(&self, ctx: &mut Context<'_>, transition: usize, e: HandlerError, created_apps: crate::transition::Created<AppSessionId>) {
+    fn failed(
+        &self,
+        ctx: &mut Context<'_>,
+        event: &Event<'_>,
+        transition: usize,
+        e: HandlerError,
+        created_apps: crate::transition::Created<AppSessionId>,
+    ) {
         let t = self.compiled.transition(transition);
-        tracing::warn!(service = %self.name, transition = %t.name.name, error = %e, "transition failed; nothing sent");
+        tracing::warn!(service = %self.name, transition = %t.name.name, error = %e, "transition failed; nothing sent but a 500");
         self.stats.transitions[transition].failures.fetch_add(1, Relaxed);
+        if let Trigger::Request { msg, tx: tx @ Some(_), flow, kind } = &event.trigger {
+            ctx.respond_failed(&Request::new(msg, *tx, *flow, *kind, event.session, event.app));
+        }
         for app in created_apps {
             ctx.invalidate(app);
         }

@@ -1,6 +1,7 @@
-//! A compiled contract's arm that acts on its held session and then fails sends nothing, and
-//! does not hold up the session's later actions: the place in the session's order of actions
-//! the failed arm took (under the lock, when it decided the action) is given back.
+//! A compiled contract's arm that acts on its held session and then fails sends nothing but a
+//! 500 to its request, and does not hold up the session's later actions: the place in the
+//! session's order of actions the failed arm took (under the lock, when it decided the action)
+//! is given back. The engine answers a failed arm's request with 500 too.
 
 use bytes::Bytes;
 use rand::SeedableRng;
@@ -8,8 +9,8 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 use tandem_container::{ContainerConfig, Core, CoreParts, IdSource, Locals, Metrics, RouteRule, Service, Services, SessionStore};
-use tandem_engine::dispatch::{Arms, CompiledService, Step};
-use tandem_engine::{ArmContext, Body, HandlerError};
+use tandem_engine::dispatch::{Arms, CompiledService, Contract, Step};
+use tandem_engine::{ArmContext, Body, Compiled, Handler, HandlerError, MachineService, Negotiator, Transition};
 use tandem_sip::{Flow, Method, Transport};
 
 /// `pairing_stress.machine` compiled by `tandem_contract::codegen` (build.rs).
@@ -27,6 +28,26 @@ struct FailsOnce {
 
 impl Arms<pairing_contract::Machine> for FailsOnce {
     fn run(&self, arm: Arm, t: &mut Step<'_, '_, pairing_contract::Machine>) -> Result<(), HandlerError> {
+        self.run_arm(arm, t)
+    }
+}
+
+/// The engine runs the same arms.
+impl Handler for FailsOnce {
+    type Arm = Arm;
+
+    fn arm(&self, name: &str) -> Option<Arm> {
+        let index = <pairing_contract::Machine as Contract>::NAMES.iter().position(|n| *n == name)?;
+        pairing_contract::TS.get(index).copied()
+    }
+
+    fn do_transition(&self, arm: Arm, t: &mut Transition<'_, '_>) -> Result<(), HandlerError> {
+        self.run_arm(arm, t)
+    }
+}
+
+impl FailsOnce {
+    fn run_arm(&self, arm: Arm, t: &mut impl ArmContext) -> Result<(), HandlerError> {
         match arm {
             Arm::Join => {
                 let me = t.accept()?;
@@ -99,6 +120,11 @@ fn in_dialog(method: &str, to_tag: &str, seq: u32, body: &str) -> String {
     )
 }
 
+/// The 500 that answered the request of CSeq `seq`, if any.
+fn server_error_to(sent: &[String], seq: u32) -> bool {
+    sent.iter().any(|m| m.starts_with("SIP/2.0 500") && m.contains(&format!("CSeq: {seq} MESSAGE")))
+}
+
 #[test]
 fn a_failed_arm_gives_back_its_place_in_the_held_sessions_order_of_actions() {
     let service = CompiledService::new("pairing", FailsOnce { busy: AtomicU32::new(0) }, None);
@@ -119,6 +145,33 @@ fn a_failed_arm_gives_back_its_place_in_the_held_sessions_order_of_actions() {
     let infos: Vec<&String> = rig.sent.iter().filter(|m| m.starts_with("INFO ")).collect();
     assert_eq!(infos.len(), 1, "one INFO sent (the failed arm's is not): {:?}", rig.sent);
     assert!(infos[0].ends_with("busy 1"), "the second Busy's INFO went out: {}", infos[0]);
+    assert!(server_error_to(&rig.sent, 2), "the failed arm's MESSAGE answered 500: {:?}", rig.sent);
+    assert!(!server_error_to(&rig.sent, 3), "the second MESSAGE answered by its arm: {:?}", rig.sent);
+}
+
+#[test]
+fn the_engine_answers_a_failed_arms_request_with_500() {
+    let machine = tandem_contract::parse(include_str!("pairing_stress.machine")).expect("pairing contract parses");
+    let handler = FailsOnce { busy: AtomicU32::new(0) };
+    let service = MachineService::new("pairing", Compiled::new(machine).expect("compiles"), handler, Negotiator::Ordered, None)
+        .expect("the engine takes the contract");
+    let mut rig = Rig::new(service.clone());
+    rig.deliver(
+        "INVITE sip:pairing@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5061;branch=z9hG4bKi0\r\nFrom: <sip:p0@x>;tag=f0\r\nTo: <sip:pairing@127.0.0.1>\r\nCall-ID: call-0\r\nCSeq: 1 INVITE\r\nContact: <sip:p0@127.0.0.1:5061>\r\nContent-Length: 0\r\n\r\n"
+            .to_string(),
+    );
+    let ok = rig.sent.iter().find(|m| m.starts_with("SIP/2.0 200")).expect("the INVITE answered 200");
+    let to_tag =
+        ok.lines().find(|l| l.starts_with("To:")).and_then(|l| l.split(";tag=").nth(1)).expect("a To tag in the 200").trim().to_string();
+    rig.deliver(in_dialog("ACK", &to_tag, 1, ""));
+    rig.deliver(in_dialog("MESSAGE", &to_tag, 2, "0123456789abcdef0123456789abcdef"));
+    rig.deliver(in_dialog("MESSAGE", &to_tag, 3, "0123456789abcdef0123456789abcdef"));
+    assert_eq!(service.failures("Busy"), 1);
+    assert_eq!(service.transition_count("Busy"), 1);
+    assert!(server_error_to(&rig.sent, 2), "the failed arm's MESSAGE answered 500: {:?}", rig.sent);
+    assert!(!server_error_to(&rig.sent, 3), "the second MESSAGE answered by its arm: {:?}", rig.sent);
+    let infos: Vec<&String> = rig.sent.iter().filter(|m| m.starts_with("INFO ")).collect();
+    assert_eq!(infos.len(), 1, "one INFO sent (the failed arm's is not): {:?}", rig.sent);
 }
 
 /// Busy sends six INFOs on the caller's own session: more than the dispatcher's action buffer

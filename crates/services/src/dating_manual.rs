@@ -419,11 +419,11 @@ impl DatingManual {
         let app = ctx.create_app_session();
         let caller = match ctx.accept(req, Some(app)) {
             Ok(id) => id,
-            Err(e) => return self.failed(ctx, T::T1, app, &e.to_string()),
+            Err(e) => return self.failed(ctx, m, T::T1, app, &e.to_string()),
         };
         let msr = match ctx.create_uac_session(app, "sip:dating@tandem.invalid", &self.media_uri, self.media) {
             Ok(id) => id,
-            Err(e) => return self.failed(ctx, T::T1, app, &e.to_string()),
+            Err(e) => return self.failed(ctx, m, T::T1, app, &e.to_string()),
         };
         ctx.with_session(msr, |_, s| {
             s.attributes.set(ROLE, AttrValue::Str(MSR.to_string()));
@@ -441,9 +441,8 @@ impl DatingManual {
         self.stats.transitions[T::T1 as usize].fetch_add(1, Relaxed);
     }
 
-    fn failed(&self, ctx: &mut Context<'_>, t: T, app: AppSessionId, error: &str) {
-        tracing::warn!(service = SERVICE, transition = t.name(), error, "transition failed; nothing sent");
-        self.stats.failures[t as usize].fetch_add(1, Relaxed);
+    fn failed(&self, ctx: &mut Context<'_>, m: &Msg<'_, '_>, t: T, app: AppSessionId, error: &str) {
+        self.failed_no_app(ctx, m, t, error);
         ctx.invalidate(app);
     }
 
@@ -464,7 +463,7 @@ impl DatingManual {
         // Pairing on) must be held too, to move it.
         let Some(peer) = g.attributes.get_session("p2t") else {
             drop(g);
-            return self.failed_no_app(t, "the caller session has no p2t");
+            return self.failed_no_app(ctx, m, t, "the caller session has no p2t");
         };
         let Some(peer_cell) = ctx.session(peer).filter(|_| peer != caller) else {
             // The peer's execution is gone: nothing to move or hang up there.
@@ -514,9 +513,12 @@ impl DatingManual {
         self.commit(ctx, m, t, &mut fx)
     }
 
-    fn failed_no_app(&self, t: T, error: &str) {
-        tracing::warn!(service = SERVICE, transition = t.name(), error, "transition failed; nothing sent");
+    fn failed_no_app(&self, ctx: &mut Context<'_>, m: &Msg<'_, '_>, t: T, error: &str) {
+        tracing::warn!(service = SERVICE, transition = t.name(), error, "transition failed; nothing sent but a 500");
         self.stats.failures[t as usize].fetch_add(1, Relaxed);
+        if let Some(req) = m.req {
+            ctx.respond_failed(req);
+        }
     }
 
     /// The arms of the transitions triggered on the caller session, under its lock (and the
