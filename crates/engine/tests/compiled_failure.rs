@@ -91,6 +91,24 @@ impl Rig {
         Rig { core, sent: Vec::new() }
     }
 
+    /// Joins (INVITE, answered 200, ACK): the dialog's To tag.
+    fn join(&mut self) -> String {
+        self.deliver(
+            "INVITE sip:pairing@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5061;branch=z9hG4bKi0\r\nFrom: <sip:p0@x>;tag=f0\r\nTo: <sip:pairing@127.0.0.1>\r\nCall-ID: call-0\r\nCSeq: 1 INVITE\r\nContact: <sip:p0@127.0.0.1:5061>\r\nContent-Length: 0\r\n\r\n"
+                .to_string(),
+        );
+        let ok = self.sent.iter().find(|m| m.starts_with("SIP/2.0 200")).expect("the INVITE answered 200");
+        let to_tag = ok
+            .lines()
+            .find(|l| l.starts_with("To:"))
+            .and_then(|l| l.split(";tag=").nth(1))
+            .expect("a To tag in the 200")
+            .trim()
+            .to_string();
+        self.deliver(in_dialog("ACK", &to_tag, 1, ""));
+        to_tag
+    }
+
     /// Delivers `text`, then runs what was posted until nothing is (at most 100 rounds: an
     /// action waiting for a place never given back would be posted again for ever).
     fn deliver(&mut self, text: String) {
@@ -120,7 +138,7 @@ fn in_dialog(method: &str, to_tag: &str, seq: u32, body: &str) -> String {
     )
 }
 
-/// The 500 that answered the request of CSeq `seq`, if any.
+/// Whether a 500 answered the MESSAGE of CSeq `seq`.
 fn server_error_to(sent: &[String], seq: u32) -> bool {
     sent.iter().any(|m| m.starts_with("SIP/2.0 500") && m.contains(&format!("CSeq: {seq} MESSAGE")))
 }
@@ -129,14 +147,7 @@ fn server_error_to(sent: &[String], seq: u32) -> bool {
 fn a_failed_arm_gives_back_its_place_in_the_held_sessions_order_of_actions() {
     let service = CompiledService::new("pairing", FailsOnce { busy: AtomicU32::new(0) }, None);
     let mut rig = Rig::new(service.clone());
-    rig.deliver(
-        "INVITE sip:pairing@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5061;branch=z9hG4bKi0\r\nFrom: <sip:p0@x>;tag=f0\r\nTo: <sip:pairing@127.0.0.1>\r\nCall-ID: call-0\r\nCSeq: 1 INVITE\r\nContact: <sip:p0@127.0.0.1:5061>\r\nContent-Length: 0\r\n\r\n"
-            .to_string(),
-    );
-    let ok = rig.sent.iter().find(|m| m.starts_with("SIP/2.0 200")).expect("the INVITE answered 200");
-    let to_tag =
-        ok.lines().find(|l| l.starts_with("To:")).and_then(|l| l.split(";tag=").nth(1)).expect("a To tag in the 200").trim().to_string();
-    rig.deliver(in_dialog("ACK", &to_tag, 1, ""));
+    let to_tag = rig.join();
     // Busy (no such peer), twice: the first arm decides an INFO, then fails.
     rig.deliver(in_dialog("MESSAGE", &to_tag, 2, "0123456789abcdef0123456789abcdef"));
     rig.deliver(in_dialog("MESSAGE", &to_tag, 3, "0123456789abcdef0123456789abcdef"));
@@ -156,14 +167,7 @@ fn the_engine_answers_a_failed_arms_request_with_500() {
     let service = MachineService::new("pairing", Compiled::new(machine).expect("compiles"), handler, Negotiator::Ordered, None)
         .expect("the engine takes the contract");
     let mut rig = Rig::new(service.clone());
-    rig.deliver(
-        "INVITE sip:pairing@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5061;branch=z9hG4bKi0\r\nFrom: <sip:p0@x>;tag=f0\r\nTo: <sip:pairing@127.0.0.1>\r\nCall-ID: call-0\r\nCSeq: 1 INVITE\r\nContact: <sip:p0@127.0.0.1:5061>\r\nContent-Length: 0\r\n\r\n"
-            .to_string(),
-    );
-    let ok = rig.sent.iter().find(|m| m.starts_with("SIP/2.0 200")).expect("the INVITE answered 200");
-    let to_tag =
-        ok.lines().find(|l| l.starts_with("To:")).and_then(|l| l.split(";tag=").nth(1)).expect("a To tag in the 200").trim().to_string();
-    rig.deliver(in_dialog("ACK", &to_tag, 1, ""));
+    let to_tag = rig.join();
     rig.deliver(in_dialog("MESSAGE", &to_tag, 2, "0123456789abcdef0123456789abcdef"));
     rig.deliver(in_dialog("MESSAGE", &to_tag, 3, "0123456789abcdef0123456789abcdef"));
     assert_eq!(service.failures("Busy"), 1);
@@ -203,14 +207,7 @@ impl Arms<pairing_contract::Machine> for Chatty {
 fn an_arm_deciding_more_actions_than_the_inline_buffer_holds_sends_them_all_in_order() {
     let service = CompiledService::new("pairing", Chatty, None);
     let mut rig = Rig::new(service.clone());
-    rig.deliver(
-        "INVITE sip:pairing@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5061;branch=z9hG4bKi0\r\nFrom: <sip:p0@x>;tag=f0\r\nTo: <sip:pairing@127.0.0.1>\r\nCall-ID: call-0\r\nCSeq: 1 INVITE\r\nContact: <sip:p0@127.0.0.1:5061>\r\nContent-Length: 0\r\n\r\n"
-            .to_string(),
-    );
-    let ok = rig.sent.iter().find(|m| m.starts_with("SIP/2.0 200")).expect("the INVITE answered 200");
-    let to_tag =
-        ok.lines().find(|l| l.starts_with("To:")).and_then(|l| l.split(";tag=").nth(1)).expect("a To tag in the 200").trim().to_string();
-    rig.deliver(in_dialog("ACK", &to_tag, 1, ""));
+    let to_tag = rig.join();
     for seq in [2, 3] {
         rig.deliver(in_dialog("MESSAGE", &to_tag, seq, "0123456789abcdef0123456789abcdef"));
     }
