@@ -21,6 +21,14 @@ mod pairing_contract {
 
 use pairing_contract::T as Arm;
 
+/// Join: the party's session accepted and answered 200.
+fn join(t: &mut impl ArmContext) -> Result<(), HandlerError> {
+    let me = t.accept()?;
+    t.set_role_and_attrs(me, "Party", [])?;
+    t.answer(me, 200, None)?;
+    Ok(())
+}
+
 /// Busy sends an INFO on the caller's own session; the first Busy then fails.
 struct FailsOnce {
     busy: AtomicU32,
@@ -49,11 +57,7 @@ impl Handler for FailsOnce {
 impl FailsOnce {
     fn run_arm(&self, arm: Arm, t: &mut impl ArmContext) -> Result<(), HandlerError> {
         match arm {
-            Arm::Join => {
-                let me = t.accept()?;
-                t.set_role_and_attrs(me, "Party", [])?;
-                t.answer(me, 200, None)?;
-            }
+            Arm::Join => join(t)?,
             Arm::Busy => {
                 let me = t.sips().ok_or_else(|| HandlerError("no session".into()))?;
                 let n = self.busy.fetch_add(1, Relaxed);
@@ -143,21 +147,27 @@ fn server_error_to(sent: &[String], seq: u32) -> bool {
     sent.iter().any(|m| m.starts_with("SIP/2.0 500") && m.contains(&format!("CSeq: {seq} MESSAGE")))
 }
 
+/// Joins, then Busy (no such peer) twice: the first arm decides an INFO, then fails. Its
+/// MESSAGE is answered 500 and its INFO not sent; the second arm's INFO is sent and its MESSAGE
+/// answered by it. `counts`: the service's failures and transitions of Busy.
+fn the_first_of_two_busy_fails(service: Arc<dyn Service>, counts: impl Fn() -> (u64, u64)) {
+    let mut rig = Rig::new(service);
+    let to_tag = rig.join();
+    rig.deliver(in_dialog("MESSAGE", &to_tag, 2, "0123456789abcdef0123456789abcdef"));
+    rig.deliver(in_dialog("MESSAGE", &to_tag, 3, "0123456789abcdef0123456789abcdef"));
+    assert_eq!(counts(), (1, 1), "Busy failed once and was taken once");
+    let sent = &rig.sent;
+    let infos: Vec<&String> = sent.iter().filter(|m| m.starts_with("INFO ")).collect();
+    assert_eq!(infos.len(), 1, "one INFO sent (the failed arm's is not): {sent:?}");
+    assert!(infos[0].ends_with("busy 1"), "the second Busy's INFO went out: {}", infos[0]);
+    assert!(server_error_to(sent, 2), "the failed arm's MESSAGE answered 500: {sent:?}");
+    assert!(!server_error_to(sent, 3), "the second MESSAGE answered by its arm: {sent:?}");
+}
+
 #[test]
 fn a_failed_arm_gives_back_its_place_in_the_held_sessions_order_of_actions() {
     let service = CompiledService::new("pairing", FailsOnce { busy: AtomicU32::new(0) }, None);
-    let mut rig = Rig::new(service.clone());
-    let to_tag = rig.join();
-    // Busy (no such peer), twice: the first arm decides an INFO, then fails.
-    rig.deliver(in_dialog("MESSAGE", &to_tag, 2, "0123456789abcdef0123456789abcdef"));
-    rig.deliver(in_dialog("MESSAGE", &to_tag, 3, "0123456789abcdef0123456789abcdef"));
-    assert_eq!(service.failures("Busy"), 1);
-    assert_eq!(service.transition_count("Busy"), 1);
-    let infos: Vec<&String> = rig.sent.iter().filter(|m| m.starts_with("INFO ")).collect();
-    assert_eq!(infos.len(), 1, "one INFO sent (the failed arm's is not): {:?}", rig.sent);
-    assert!(infos[0].ends_with("busy 1"), "the second Busy's INFO went out: {}", infos[0]);
-    assert!(server_error_to(&rig.sent, 2), "the failed arm's MESSAGE answered 500: {:?}", rig.sent);
-    assert!(!server_error_to(&rig.sent, 3), "the second MESSAGE answered by its arm: {:?}", rig.sent);
+    the_first_of_two_busy_fails(service.clone(), || (service.failures("Busy"), service.transition_count("Busy")));
 }
 
 #[test]
@@ -166,16 +176,7 @@ fn the_engine_answers_a_failed_arms_request_with_500() {
     let handler = FailsOnce { busy: AtomicU32::new(0) };
     let service = MachineService::new("pairing", Compiled::new(machine).expect("compiles"), handler, Negotiator::Ordered, None)
         .expect("the engine takes the contract");
-    let mut rig = Rig::new(service.clone());
-    let to_tag = rig.join();
-    rig.deliver(in_dialog("MESSAGE", &to_tag, 2, "0123456789abcdef0123456789abcdef"));
-    rig.deliver(in_dialog("MESSAGE", &to_tag, 3, "0123456789abcdef0123456789abcdef"));
-    assert_eq!(service.failures("Busy"), 1);
-    assert_eq!(service.transition_count("Busy"), 1);
-    assert!(server_error_to(&rig.sent, 2), "the failed arm's MESSAGE answered 500: {:?}", rig.sent);
-    assert!(!server_error_to(&rig.sent, 3), "the second MESSAGE answered by its arm: {:?}", rig.sent);
-    let infos: Vec<&String> = rig.sent.iter().filter(|m| m.starts_with("INFO ")).collect();
-    assert_eq!(infos.len(), 1, "one INFO sent (the failed arm's is not): {:?}", rig.sent);
+    the_first_of_two_busy_fails(service.clone(), || (service.failures("Busy"), service.transition_count("Busy")));
 }
 
 /// Busy sends six INFOs on the caller's own session: more than the dispatcher's action buffer
@@ -185,11 +186,7 @@ struct Chatty;
 impl Arms<pairing_contract::Machine> for Chatty {
     fn run(&self, arm: Arm, t: &mut Step<'_, '_, pairing_contract::Machine>) -> Result<(), HandlerError> {
         match arm {
-            Arm::Join => {
-                let me = t.accept()?;
-                t.set_role_and_attrs(me, "Party", [])?;
-                t.answer(me, 200, None)?;
-            }
+            Arm::Join => join(t)?,
             Arm::Busy => {
                 let me = t.sips().ok_or_else(|| HandlerError("no session".into()))?;
                 for k in 0..6 {
