@@ -89,7 +89,8 @@ impl<'a> Context<'a> {
     /// with 500, so that its sender neither retransmits it for 32 s nor waits that long for a
     /// final answer; an ACK (no transaction) gets nothing.
     pub fn respond_failed(&mut self, req: &Request<'_>) {
-        if req.tx.is_none() || matches!(req.msg.method(), Some(Method::Ack) | None) {
+        // `respond_with` answers only a request with a transaction.
+        if matches!(req.msg.method(), Some(Method::Ack) | None) {
             return;
         }
         self.respond_with(req, 500, &[("Warning", "399 tandem \"the service failed to handle this request\"")], None);

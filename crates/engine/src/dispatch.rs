@@ -636,13 +636,14 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         let mut acts = Acts::new();
         let mut step = self.step(ctx, input, None, None, None, payload, &mut acts);
         let result = self.arms.run(t, &mut step);
-        let Step { respond, created_holder, created_app, created, .. } = step;
+        let Step { respond, created_holder, created_app, .. } = step;
         if let Err(e) = result {
             return self.failed(ctx, input, t, e, created_app);
         }
         let to = C::target(t, C::INITIAL);
         let mut ended = [None; 2];
-        if let Some(cell) = created_holder.filter(|h| created.has(*h)).and_then(|h| ctx.session(h)) {
+        // Set only for a session the arm created.
+        if let Some(cell) = created_holder.and_then(|h| ctx.session(h)) {
             let mut s = cell.lock();
             if C::is_final(to) {
                 ended[0] = Some(s.app);

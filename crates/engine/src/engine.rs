@@ -1310,8 +1310,8 @@ impl<H: Handler> MachineService<H> {
         let t = self.compiled.transition(transition);
         tracing::warn!(service = %self.name, transition = %t.name.name, error = %e, "transition failed; nothing sent but a 500");
         self.stats.transitions[transition].failures.fetch_add(1, Relaxed);
-        if let Trigger::Request { msg, tx: tx @ Some(_), flow, kind } = &event.trigger {
-            ctx.respond_failed(&Request::new(msg, *tx, *flow, *kind, event.session, event.app));
+        if let Some(req) = event.request() {
+            ctx.respond_failed(&req);
         }
         for app in created_apps {
             ctx.invalidate(app);
@@ -2086,8 +2086,10 @@ impl<H: Handler> Env for EvalEnv<'_, '_, H> {
 /// is not in a state that takes it) or 405 outside one.
 pub(crate) fn answer_absorbed(ctx: &mut Context<'_>, event: &Event<'_>) {
     // Without a transaction (an ACK) there is nothing to answer: no request rebuilt for it.
-    let Trigger::Request { msg, tx: tx @ Some(_), flow, kind } = &event.trigger else { return };
-    answer_absorbed_request(ctx, &Request::new(msg, *tx, *flow, *kind, event.session, event.app));
+    let Trigger::Request { tx: Some(_), .. } = event.trigger else { return };
+    if let Some(req) = event.request() {
+        answer_absorbed_request(ctx, &req);
+    }
 }
 
 /// [`answer_absorbed`] for a request as the container delivered it.
@@ -2112,8 +2114,7 @@ fn apply(ctx: &mut Context<'_>, event: &Event<'_>, actions: &mut Actions, cells:
     for action in actions.drain(..) {
         match action {
             Action::Respond { status, headers, body } => {
-                if let Trigger::Request { msg, tx, flow, kind } = &event.trigger {
-                    let req = Request::new(msg, *tx, *flow, *kind, event.session, event.app);
+                if let Some(req) = event.request() {
                     let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
                     ctx.respond_with(&req, status, &headers, body.as_ref().map(crate::transition::Body::parts));
                 }

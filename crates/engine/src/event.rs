@@ -111,6 +111,15 @@ impl<'m> Event<'m> {
         Event { trigger: Trigger::Response { msg, status: response.status() }, session: Some(session), app: None }
     }
 
+    /// A request's event as the container delivered it (to answer or accept it); None for
+    /// other events.
+    pub(crate) fn request(&self) -> Option<Request<'_>> {
+        match &self.trigger {
+            Trigger::Request { msg, tx, flow, kind } => Some(Request::new(msg, *tx, *flow, *kind, self.session, self.app)),
+            _ => None,
+        }
+    }
+
     /// The event with its own copy of the message, to outlive the call that delivered it.
     pub fn into_owned(self) -> Event<'static> {
         let trigger = match self.trigger {

@@ -4,7 +4,7 @@
 use crate::compiled::Compiled;
 use crate::engine::{key, ROLE};
 use crate::eval::Vars;
-use crate::event::{Event, Trigger};
+use crate::event::Event;
 use crate::locks::Key;
 use crate::reads::{Cells, Reads};
 use crate::sorted_set::SortedSet;
@@ -273,10 +273,7 @@ impl<'c, 'a> Transition<'c, 'a> {
     }
 
     fn request(&self) -> Option<Request<'c>> {
-        match &self.event.trigger {
-            Trigger::Request { msg, tx, flow, kind } => Some(Request::new(msg, *tx, *flow, *kind, self.event.session, self.event.app)),
-            _ => None,
-        }
+        self.event.request()
     }
 
     /// For an initial INVITE: creates its SIP session (and the execution's application
