@@ -313,13 +313,15 @@ struct Held<'s> {
 }
 
 /// What an arm sends, inline up to four actions (the dating T7 sends four), in a buffer of the
-/// dispatcher's frame: moved neither into the arm nor out of it.
-type Acts = SmallVec<[Act; 4]>;
+/// dispatcher's frame: moved neither into the arm nor out of it. Each action is taken out of
+/// its slot where it is applied (no drain to set up and drop), leaving `None` behind.
+type Acts = SmallVec<[Option<Act>; 4]>;
 
-/// A drained action buffer: freed only if it spilled to the heap.
+/// An action buffer whose every action was taken: freed only if it spilled to the heap (the
+/// `None`s left inline have nothing to drop).
 #[inline(always)]
 fn free_drained(acts: &mut ManuallyDrop<Acts>) {
-    debug_assert!(acts.is_empty());
+    debug_assert!(acts.iter().all(Option::is_none));
     if acts.spilled() {
         // Moved out only here: the inline buffer is never copied.
         drop(std::mem::take(&mut **acts));
@@ -365,6 +367,10 @@ pub struct Step<'s, 'a, C: Contract> {
     created_sips: Option<SessionId>,
     /// The created session the arm gave the state-holding role (an initial transition's).
     created_holder: Option<SessionId>,
+    /// An initial transition's target, when a state is written for it (neither the initial
+    /// state nor a final one): written on the created holder as the arm gives it its role,
+    /// under that lock, not looked up and locked again after the arm.
+    initial_to: Option<C::State>,
     created_app: Option<AppSessionId>,
     respond: Option<u16>,
     acts: &'s mut Acts,
@@ -412,7 +418,7 @@ impl<C: Contract> Step<'_, '_, C> {
                 None => return Ok(()),
             },
         };
-        self.acts.push(Act { cell, ticket, op });
+        self.acts.push(Some(Act { cell, ticket, op }));
         Ok(())
     }
 
@@ -465,13 +471,18 @@ impl<C: Contract> ArmContext for Step<'_, '_, C> {
         attrs: [(&str, AttrValue); N],
     ) -> Result<(), TransitionError> {
         let Some(r) = C::role_named(role) else { return Err(TransitionError::UnknownRole(role.to_string())) };
+        let mut state = None;
         if r == C::HOLDER && self.created.has(id) {
             self.created_holder = Some(id);
+            state = self.initial_to;
         }
         self.with(id, true, |s| {
             s.attributes.set(ROLE, AttrValue::Str(role.to_string()));
             for (name, value) in attrs {
                 s.attributes.set(name, value);
+            }
+            if let Some(to) = state {
+                set_state::<C>(s, to);
             }
         })
     }
@@ -587,31 +598,32 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
     }
 
     fn handle(&self, ctx: &mut Context<'_>, input: &Input<'_, '_>, ev: &Facts<C::Ev>) {
-        let ev = *ev;
-        let Some(sid) = input.session else { return self.initial(ctx, input, &ev) };
+        let Some(sid) = input.session else { return self.initial(ctx, input, ev) };
         let Some(cell) = ctx.session(sid) else { return self.absorb(ctx, input) };
         let g = cell.lock();
-        let role = if g.is_removed() { None } else { role_of::<C>(&g) };
-        match role {
+        let Some(role) = (if g.is_removed() { None } else { role_of::<C>(&g) }) else {
+            drop(g);
+            return self.absorb(ctx, input);
+        };
+        // One call of `on_holder` (inlined here), whichever session holds the state.
+        let leaf_holder;
+        let (holder, hcell, hg) = if role == C::HOLDER {
             // The message's session holds the state: keep its lock.
-            Some(r) if r == C::HOLDER => self.on_holder(ctx, input, &ev, r, sid, &cell, g),
-            Some(r) => {
-                // A leaf: its holder is a `once` attribute, read and let go.
-                let holder = C::via(r).and_then(|a| g.attributes.get_session(a));
-                drop(g);
-                let Some((h, hcell)) = holder.and_then(|h| Some((h, ctx.session(h)?))) else { return self.absorb(ctx, input) };
-                let hg = hcell.lock();
-                if hg.is_removed() || role_of::<C>(&hg) != Some(C::HOLDER) {
-                    drop(hg);
-                    return self.absorb(ctx, input);
-                }
-                self.on_holder(ctx, input, &ev, r, h, &hcell, hg)
+            (sid, &cell, g)
+        } else {
+            // A leaf: its holder is a `once` attribute, read and let go.
+            let holder = C::via(role).and_then(|a| g.attributes.get_session(a));
+            drop(g);
+            let Some((h, hcell)) = holder.and_then(|h| Some((h, ctx.session(h)?))) else { return self.absorb(ctx, input) };
+            leaf_holder = hcell;
+            let hg = leaf_holder.lock();
+            if hg.is_removed() || role_of::<C>(&hg) != Some(C::HOLDER) {
+                drop(hg);
+                return self.absorb(ctx, input);
             }
-            None => {
-                drop(g);
-                self.absorb(ctx, input)
-            }
-        }
+            (h, &leaf_holder, hg)
+        };
+        self.on_holder(ctx, input, ev, role, holder, hcell, hg)
     }
 
     /// An initial request (no session yet): the initial state, no role, nothing to lock.
@@ -633,25 +645,26 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         };
         let Some(t) = C::select(C::INITIAL, None, ev, &view) else { return self.absorb(ctx, input) };
         let payload = view.payload.get().flatten();
-        let mut acts = Acts::new();
+        let to = C::target(t, C::INITIAL);
+        let mut acts = ManuallyDrop::new(Acts::new());
         let mut step = self.step(ctx, input, None, None, None, payload, &mut acts);
+        // Written by `set_role_and_attrs` (the arm fails, or its execution is invalidated,
+        // before anyone else can see the session).
+        step.initial_to = Some(to).filter(|to| *to != C::INITIAL && !C::is_final(*to));
         let result = self.arms.run(t, &mut step);
         let Step { respond, created_holder, created_app, .. } = step;
         if let Err(e) = result {
+            self.give_back(ctx, &mut acts);
+            free_drained(&mut acts);
             return self.failed(ctx, input, t, e, created_app);
         }
-        let to = C::target(t, C::INITIAL);
         let mut ended = [None; 2];
-        // Set only for a session the arm created.
-        if let Some(cell) = created_holder.and_then(|h| ctx.session(h)) {
-            let mut s = cell.lock();
-            if C::is_final(to) {
-                ended[0] = Some(s.app);
-            } else if to != C::INITIAL {
-                set_state::<C>(&mut s, to);
-            }
+        if C::is_final(to) {
+            // Set only for a session the arm created.
+            ended[0] = created_holder.and_then(|h| ctx.session(h)).map(|cell| cell.lock().app);
         }
         self.commit(ctx, input, t, respond, &mut acts, ended);
+        free_drained(&mut acts);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -675,6 +688,7 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
             created: Created::default(),
             created_sips: None,
             created_holder: None,
+            initial_to: None,
             created_app: None,
             respond: None,
             acts,
@@ -684,6 +698,7 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
 
     /// A message of the execution whose state holder `holder` is locked (`hg`).
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     fn on_holder<'h>(
         &self,
         ctx: &mut Context<'_>,
@@ -831,7 +846,7 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         sips_via: Option<&'static str>,
         payload: Option<SessionId>,
     ) {
-        // Drained on every path below (commit, give_back): only a spilled buffer has anything
+        // Emptied on every path below (commit, give_back): only a spilled buffer has anything
         // left to free, so the inline one's drop glue (an out-of-line call) is skipped.
         let mut acts = ManuallyDrop::new(Acts::new());
         let held = Some(Held { cell: hcell, s: &mut hg });
@@ -881,8 +896,9 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         if let (Some(status), Some(req)) = (respond, input.req) {
             ctx.respond(req, status);
         }
-        // Drained in place: no move of the inline buffer.
-        for Act { cell, ticket, op } in acts.drain(..) {
+        // Taken in place: no move of the inline buffer.
+        for act in acts.iter_mut() {
+            let Some(Act { cell, ticket, op }) = act.take() else { continue };
             let mut s = cell.lock();
             let ticket = ticket.unwrap_or_else(|| s.reserve_action());
             // At the session's home, in the order the actions were decided.
@@ -900,8 +916,8 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
     #[cold]
     #[inline(never)]
     fn give_back(&self, ctx: &mut Context<'_>, acts: &mut Acts) {
-        for Act { cell, ticket, .. } in acts.drain(..) {
-            if let Some(ticket) = ticket {
+        for act in acts.iter_mut() {
+            if let Some(Act { cell, ticket: Some(ticket), .. }) = act.take() {
                 let mut s = cell.lock();
                 ctx.act_in_order(&cell, &mut s, ticket, |_: &mut Context<'_>, _: &mut SipSession| {});
             }
