@@ -201,6 +201,7 @@ pub fn generate(machine: &Machine) -> Result<String, CodegenError> {
     fn via(r: Role) -> Option<&'static str> {{ VIA[r as usize] }}
     fn ev(code: Option<usize>) -> Ev {{ code.and_then(|c| EV_BY_CODE.get(c)).copied().unwrap_or(Ev::Other) }}
     fn index(t: T) -> usize {{ t as usize }}
+    #[inline(always)]
     fn target(t: T, from: State) -> State {{ t.target(from) }}
     fn moves(t: T) -> Option<State> {{ MOVES[t as usize] }}
 
@@ -515,6 +516,7 @@ impl Gen<'_> {
             out,
             "impl T {{
     /// The execution's state after the transition from `from`.
+    #[inline(always)]
     pub fn target(self, from: State) -> State {{
         #[allow(unreachable_patterns)]
         match self {{
