@@ -1,7 +1,9 @@
 //! A compiled contract's arm that acts on its held session and then fails sends nothing but a
 //! 500 to its request, and does not hold up the session's later actions: the place in the
 //! session's order of actions the failed arm took (under the lock, when it decided the action)
-//! is given back. The engine answers a failed arm's request with 500 too.
+//! is given back. The engine answers a failed arm's request with 500 too. An initial
+//! transition writes its state on the holder its arm creates; one whose arm fails sends only a
+//! 500 and leaves no session behind.
 
 use bytes::Bytes;
 use rand::SeedableRng;
@@ -75,32 +77,33 @@ impl FailsOnce {
 
 struct Rig {
     core: Core,
+    store: Arc<SessionStore>,
     sent: Vec<String>,
 }
+
+const FIRST_INVITE: &str = "INVITE sip:pairing@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5061;branch=z9hG4bKi0\r\nFrom: <sip:p0@x>;tag=f0\r\nTo: <sip:pairing@127.0.0.1>\r\nCall-ID: call-0\r\nCSeq: 1 INVITE\r\nContact: <sip:p0@127.0.0.1:5061>\r\nContent-Length: 0\r\n\r\n";
 
 impl Rig {
     fn new(service: Arc<dyn Service>) -> Rig {
         let services = Arc::new(Services::new(vec![("pairing".to_string(), service)]));
+        let store = Arc::new(SessionStore::default());
         let core = Core::new(CoreParts {
             executor: 0,
             executors: 1,
             config: Arc::new(ContainerConfig::default()),
             routes: Arc::new(vec![RouteRule::catch_all("pairing")]),
-            store: Arc::new(SessionStore::default()),
+            store: store.clone(),
             metrics: Arc::new(Metrics::new(1)),
             locals: Arc::new(Locals::new(&[(Transport::Udp, "127.0.0.1:5060".parse().unwrap())], None)),
             services,
             ids: IdSource::new(rand_chacha::ChaCha20Rng::seed_from_u64(1)),
         });
-        Rig { core, sent: Vec::new() }
+        Rig { core, store, sent: Vec::new() }
     }
 
     /// Joins (INVITE, answered 200, ACK): the dialog's To tag.
     fn join(&mut self) -> String {
-        self.deliver(
-            "INVITE sip:pairing@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5061;branch=z9hG4bKi0\r\nFrom: <sip:p0@x>;tag=f0\r\nTo: <sip:pairing@127.0.0.1>\r\nCall-ID: call-0\r\nCSeq: 1 INVITE\r\nContact: <sip:p0@127.0.0.1:5061>\r\nContent-Length: 0\r\n\r\n"
-                .to_string(),
-        );
+        self.deliver(FIRST_INVITE.to_string());
         let ok = self.sent.iter().find(|m| m.starts_with("SIP/2.0 200")).expect("the INVITE answered 200");
         let to_tag = ok
             .lines()
@@ -212,4 +215,38 @@ fn an_arm_deciding_more_actions_than_the_inline_buffer_holds_sends_them_all_in_o
     let infos: Vec<&str> = rig.sent.iter().filter(|m| m.starts_with("INFO ")).map(|m| m.rsplit("\r\n").next().unwrap_or("")).collect();
     let want: Vec<String> = (0..2).flat_map(|_| (0..6).map(|k| format!("info {k}"))).collect();
     assert_eq!(infos, want, "every INFO, in the order decided: {:?}", rig.sent);
+}
+
+#[test]
+fn an_initial_transition_writes_its_state_on_the_holder_its_arm_creates() {
+    let service = CompiledService::new("pairing", FailsOnce { busy: AtomicU32::new(0) }, None);
+    let mut rig = Rig::new(service);
+    rig.join();
+    let sessions = rig.store.snapshot();
+    assert_eq!(sessions.len(), 1, "the party's session");
+    let s = sessions[0].lock();
+    assert_eq!(s.attributes.get_str("@role"), Some("Party"));
+    assert_eq!(s.attributes.get_str("@state"), Some("Waiting"), "Join: Idle -> Waiting, written as the arm set the role");
+}
+
+/// Join accepts the party and decides its 200, then fails.
+struct JoinFails;
+
+impl Arms<pairing_contract::Machine> for JoinFails {
+    fn run(&self, arm: Arm, t: &mut Step<'_, '_, pairing_contract::Machine>) -> Result<(), HandlerError> {
+        join(t)?;
+        Err(HandlerError(format!("{arm:?} fails after deciding its answer")))
+    }
+}
+
+#[test]
+fn an_initial_arm_that_fails_after_deciding_its_answer_sends_only_a_500_and_leaves_no_session() {
+    let service = CompiledService::new("pairing", JoinFails, None);
+    let mut rig = Rig::new(service.clone());
+    rig.deliver(FIRST_INVITE.to_string());
+    let sent = &rig.sent;
+    assert!(sent.iter().any(|m| m.starts_with("SIP/2.0 500") && m.contains("CSeq: 1 INVITE")), "the INVITE answered 500: {sent:?}");
+    assert!(!sent.iter().any(|m| m.starts_with("SIP/2.0 200")), "the failed arm's 200 not sent: {sent:?}");
+    assert_eq!((service.failures("Join"), service.transition_count("Join")), (1, 0));
+    assert_eq!((rig.store.live_sessions(), rig.store.live_app_sessions()), (0, 0), "the execution the arm created is gone");
 }
