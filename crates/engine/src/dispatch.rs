@@ -648,8 +648,8 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         let to = C::target(t, C::INITIAL);
         let mut acts = ManuallyDrop::new(Acts::new());
         let mut step = self.step(ctx, input, None, None, None, payload, &mut acts);
-        // Written by `set_role_and_attrs` (the arm fails, or its execution is invalidated,
-        // before anyone else can see the session).
+        // Written on the holder by `set_role_and_attrs`, as the arm creates it; an arm that
+        // then fails has its execution invalidated before anyone else can see that session.
         step.initial_to = Some(to).filter(|to| *to != C::INITIAL && !C::is_final(*to));
         let result = self.arms.run(t, &mut step);
         let Step { respond, created_holder, created_app, .. } = step;
@@ -912,7 +912,7 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
 
     /// A failed arm's places in the held sessions' orders of actions, taken for actions it
     /// will not send: each is passed with nothing done, so that later actions do not wait
-    /// for it.
+    /// for it. Empties the buffer (the actions without a place are dropped).
     #[cold]
     #[inline(never)]
     fn give_back(&self, ctx: &mut Context<'_>, acts: &mut Acts) {
