@@ -2085,8 +2085,7 @@ impl<H: Handler> Env for EvalEnv<'_, '_, H> {
 /// for 32 s: OPTIONS (a keep-alive ping) gets 200, anything else 481 inside a dialog (the call
 /// is not in a state that takes it) or 405 outside one.
 pub(crate) fn answer_absorbed(ctx: &mut Context<'_>, event: &Event<'_>) {
-    // Without a transaction (an ACK) there is nothing to answer: no request rebuilt for it.
-    let Trigger::Request { tx: Some(_), .. } = event.trigger else { return };
+    // A request without a transaction (an ACK) is left unanswered there.
     if let Some(req) = event.request() {
         answer_absorbed_request(ctx, &req);
     }
