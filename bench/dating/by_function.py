@@ -9,9 +9,10 @@ move much less, which makes this the finer reading of a change to the engine.
     bench/dating/by_function.py DIR [--event Ir|I1mr|D1mr|D1mw|Bcm|...] [--top N] [--by-file]
                                     [--contract dating|dating_compiled] [--lines FUNCTION]
 
---lines FUNCTION prints, for each service, the self cost per message of every source line in the
-functions whose name contains FUNCTION (its own lines and the library lines inlined into it):
-where inside one function the instructions go.
+--lines FUNCTION prints, for each service, the self cost per message (in --event's event) of
+every source line in the functions whose name contains FUNCTION (its own lines and the library
+lines inlined into it): where inside one function the instructions go, or which of its lines
+miss the instruction cache (--event I1mr).
 
 --by-file splits each service's own code (every group but the shared one) by the source file the
 instructions come from: our crates' lines, and library code (slices, `Option`, `SmallVec`,
@@ -149,10 +150,10 @@ def print_by_file(found, top):
             print("%9.1f  %s" % (cost, path))
 
 
-def line_costs(path, function):
-    """{(file, line): self cost} of the functions whose name contains `function`, read from the
-    callgrind output itself (callgrind_annotate sums a line over all functions). Only the first
-    event (Ir) is read."""
+def line_costs(path, function, event="Ir"):
+    """{(file, line): self cost in `event`} of the functions whose name contains `function`,
+    read from the callgrind output itself (callgrind_annotate sums a line over all functions)."""
+    column = 0
     names, files = {}, {}
     fn = fl = None
     line = 0
@@ -162,6 +163,12 @@ def line_costs(path, function):
         for raw in f:
             text = raw.rstrip("\n")
             if not text:
+                continue
+            if text.startswith("events:"):
+                events = text.split()[1:]
+                if event not in events:
+                    sys.exit("%s has no %s events (CACHE=1 bench/dating/instructions.sh records them)" % (path, event))
+                column = events.index(event)
                 continue
             first = text[0]
             if first.isdigit() or first in "+-*":
@@ -175,9 +182,10 @@ def line_costs(path, function):
                 elif pos != "*":
                     line = int(pos)
                 # the cost line after `calls=` is the call's inclusive cost, not the caller's own
-                if not after_call and fn is not None and function in fn and len(parts) > 1:
+                # a cost line leaves out its trailing zero columns
+                if not after_call and fn is not None and function in fn and len(parts) > 1 + column:
                     key = (fl, line)
-                    costs[key] = costs.get(key, 0) + int(parts[1])
+                    costs[key] = costs.get(key, 0) + int(parts[1 + column])
                 after_call = False
                 continue
             if text.startswith("calls="):
@@ -197,10 +205,10 @@ def line_costs(path, function):
     return costs
 
 
-def print_lines(folder, services, function, top):
+def print_lines(folder, services, function, top, event):
     for s in services:
-        per = slope(folder, s, lambda out: line_costs(out, function))
-        print("\n%s, functions matching %r: %.1f per message, by source line\n" % (s, function, sum(per.values())))
+        per = slope(folder, s, lambda out: line_costs(out, function, event))
+        print("\n%s, functions matching %r: %.1f %s per message, by source line\n" % (s, function, sum(per.values()), event))
         shown = {}
         for (path, n), cost in sorted(per.items(), key=lambda kv: -kv[1])[:top]:
             text = ""
@@ -259,7 +267,7 @@ def main():
     if args.by_file:
         print_by_file(by_source, args.top)
     if args.lines:
-        print_lines(args.folder, names, args.lines, args.top)
+        print_lines(args.folder, names, args.lines, args.top, args.event)
 
 
 if __name__ == "__main__":

@@ -328,11 +328,32 @@ fn free_drained(acts: &mut ManuallyDrop<Acts>) {
     }
 }
 
-/// The sessions an arm created, by ID (their cells are looked up when written): no drop glue,
-/// so a step that creates nothing (all but initial transitions) pays nothing to drop it.
+/// The sessions an arm created, by ID (their cells are looked up when written).
 #[derive(Default)]
 struct Created {
     ids: [Option<SessionId>; CREATED_MAX],
+}
+
+/// What an arm that creates sessions leaves for the dispatcher (an initial transition's: the
+/// dating T1 creates two). A step starts without it: most arms create nothing, and a `None`
+/// is one word to write and nothing to look through when an arm touches a session.
+struct Creation<S> {
+    created: Created,
+    /// The session `accept` created for the request (the arm's `msg.sips`).
+    sips: Option<SessionId>,
+    /// The created session the arm gave the state-holding role.
+    holder: Option<SessionId>,
+    /// An initial transition's target, when a state is written for it (neither the initial
+    /// state nor a final one): written on the created holder as the arm gives it its role,
+    /// under that lock, not looked up and locked again after the arm.
+    to: Option<S>,
+    app: Option<AppSessionId>,
+}
+
+impl<S> Creation<S> {
+    fn new(to: Option<S>) -> Self {
+        Creation { created: Created::default(), sips: None, holder: None, to, app: None }
+    }
 }
 
 /// An initial transition creates its execution's sessions (the dating T1: two).
@@ -363,21 +384,16 @@ pub struct Step<'s, 'a, C: Contract> {
     /// an arm reading it gets the holder without locking the leaf again.
     sips_via: Option<&'static str>,
     payload: Option<SessionId>,
-    created: Created,
-    created_sips: Option<SessionId>,
-    /// The created session the arm gave the state-holding role (an initial transition's).
-    created_holder: Option<SessionId>,
-    /// An initial transition's target, when a state is written for it (neither the initial
-    /// state nor a final one): written on the created holder as the arm gives it its role,
-    /// under that lock, not looked up and locked again after the arm.
-    initial_to: Option<C::State>,
-    created_app: Option<AppSessionId>,
+    /// Set by the first session the arm creates (an initial transition's from the start).
+    creation: Option<Creation<C::State>>,
     respond: Option<u16>,
     acts: &'s mut Acts,
     _contract: PhantomData<fn() -> C>,
 }
 
 impl<C: Contract> Step<'_, '_, C> {
+    /// A held session directly; any other through [`Step::other`], out of line (one copy for
+    /// every closure).
     #[inline]
     fn with<R>(&mut self, id: SessionId, write: bool, f: impl FnOnce(&mut SipSession) -> R) -> Result<R, TransitionError> {
         if let Some(h) = &mut self.holder {
@@ -390,20 +406,29 @@ impl<C: Contract> Step<'_, '_, C> {
                 return Ok(f(p.s));
             }
         }
-        if self.created.has(id) {
-            let cell = self.ctx.session(id).ok_or(TransitionError::NoSuchSession(id))?;
-            return Ok(f(&mut cell.lock()));
-        }
-        if write {
+        let mut g = self.other(id, write)?;
+        Ok(f(&mut g))
+    }
+
+    /// A session the step does not hold, locked: one the arm created, or a leaf to read.
+    #[inline(never)]
+    fn other(&self, id: SessionId, write: bool) -> Result<PeerGuard, TransitionError> {
+        let created = self.creation.as_ref().is_some_and(|c| c.created.has(id));
+        if write && !created {
             // Only held and created sessions change: another session is a leaf (all `once`).
             return Err(TransitionError::NotAcquired(id));
         }
-        let cell = self.ctx.session(id).ok_or(TransitionError::NoSuchSession(id))?;
-        let mut s = cell.lock();
-        if s.is_removed() {
+        let g = self.ctx.session(id).ok_or(TransitionError::NoSuchSession(id))?.lock_arc();
+        if !created && g.is_removed() {
             return Err(TransitionError::NoSuchSession(id));
         }
-        Ok(f(&mut s))
+        Ok(g)
+    }
+
+    /// What the arm created so far, started by its first creation.
+    #[inline]
+    fn creation(&mut self) -> &mut Creation<C::State> {
+        self.creation.get_or_insert_with(|| Creation::new(None))
     }
 
     #[inline]
@@ -424,14 +449,14 @@ impl<C: Contract> Step<'_, '_, C> {
 
     #[inline]
     fn app(&mut self) -> Option<AppSessionId> {
-        self.created_app.or(self.input.app).or_else(|| self.holder.as_ref().map(|h| h.s.app))
+        self.creation.as_ref().and_then(|c| c.app).or(self.input.app).or_else(|| self.holder.as_ref().map(|h| h.s.app))
     }
 }
 
 impl<C: Contract> ArmContext for Step<'_, '_, C> {
     #[inline]
     fn sips(&self) -> Option<SessionId> {
-        self.input.session.or(self.created_sips)
+        self.input.session.or_else(|| self.creation.as_ref()?.sips)
     }
 
     #[inline]
@@ -448,10 +473,11 @@ impl<C: Contract> ArmContext for Step<'_, '_, C> {
     fn accept(&mut self) -> Result<SessionId, TransitionError> {
         let Some(req) = self.input.req else { return Err(TransitionError::NotARequest("accepted")) };
         let app = self.ctx.create_app_session();
-        self.created_app = Some(app);
+        self.creation().app = Some(app);
         let id = self.ctx.accept(req, Some(app))?;
-        self.created.add(id)?;
-        self.created_sips = Some(id);
+        let creation = self.creation();
+        creation.created.add(id)?;
+        creation.sips = Some(id);
         Ok(id)
     }
 
@@ -459,7 +485,7 @@ impl<C: Contract> ArmContext for Step<'_, '_, C> {
     fn create_leg(&mut self, from_uri: &str, to_uri: &str, target: Destination) -> Result<SessionId, TransitionError> {
         let app = self.app().ok_or(TransitionError::NotARequest("given a leg"))?;
         let id = self.ctx.create_uac_session(app, from_uri, to_uri, target)?;
-        self.created.add(id)?;
+        self.creation().created.add(id)?;
         Ok(id)
     }
 
@@ -472,9 +498,9 @@ impl<C: Contract> ArmContext for Step<'_, '_, C> {
     ) -> Result<(), TransitionError> {
         let Some(r) = C::role_named(role) else { return Err(TransitionError::UnknownRole(role.to_string())) };
         let mut state = None;
-        if r == C::HOLDER && self.created.has(id) {
-            self.created_holder = Some(id);
-            state = self.initial_to;
+        if let Some(c) = self.creation.as_mut().filter(|c| r == C::HOLDER && c.created.has(id)) {
+            c.holder = Some(id);
+            state = c.to;
         }
         self.with(id, true, |s| {
             s.attributes.set(ROLE, AttrValue::Str(role.to_string()));
@@ -611,13 +637,15 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
             // The message's session holds the state: keep its lock.
             (sid, &cell, g)
         } else {
-            // A leaf: its holder is a `once` attribute, read and let go.
+            // A leaf: its holder is a `once` attribute, read and let go. The arm that created
+            // both set it to the holder (its role is not read again, as `dating_manual` does
+            // not read its caller's: the generated code trusts the arms' writes).
             let holder = C::via(role).and_then(|a| g.attributes.get_session(a));
             drop(g);
             let Some((h, hcell)) = holder.and_then(|h| Some((h, ctx.session(h)?))) else { return self.absorb(ctx, input) };
             leaf_holder = hcell;
             let hg = leaf_holder.lock();
-            if hg.is_removed() || role_of::<C>(&hg) != Some(C::HOLDER) {
+            if hg.is_removed() {
                 drop(hg);
                 return self.absorb(ctx, input);
             }
@@ -650,9 +678,10 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         let mut step = self.step(ctx, input, None, None, None, payload, &mut acts);
         // Written on the holder by `set_role_and_attrs`, as the arm creates it; an arm that
         // then fails has its execution invalidated before anyone else can see that session.
-        step.initial_to = Some(to).filter(|to| *to != C::INITIAL && !C::is_final(*to));
+        step.creation = Some(Creation::new(Some(to).filter(|to| *to != C::INITIAL && !C::is_final(*to))));
         let result = self.arms.run(t, &mut step);
-        let Step { respond, created_holder, created_app, .. } = step;
+        let Step { respond, creation, .. } = step;
+        let (created_holder, created_app) = creation.map_or((None, None), |c| (c.holder, c.app));
         if let Err(e) = result {
             self.give_back(ctx, &mut acts);
             free_drained(&mut acts);
@@ -678,22 +707,7 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         payload: Option<SessionId>,
         acts: &'s mut Acts,
     ) -> Step<'s, 'a, C> {
-        Step {
-            ctx,
-            input,
-            holder,
-            peer,
-            sips_via,
-            payload,
-            created: Created::default(),
-            created_sips: None,
-            created_holder: None,
-            initial_to: None,
-            created_app: None,
-            respond: None,
-            acts,
-            _contract: PhantomData,
-        }
+        Step { ctx, input, holder, peer, sips_via, payload, creation: None, respond: None, acts, _contract: PhantomData }
     }
 
     /// A message of the execution whose state holder `holder` is locked (`hg`).
@@ -777,7 +791,7 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
                 g
             } else {
                 // The peer comes first and is busy: release, take both in order, look again.
-                self.lock_retries.fetch_add(1, Relaxed);
+                self.note_lock_retry();
                 drop(hg);
                 let g = pcell.lock_arc();
                 // Only a state holder is held while waiting for another lock.
@@ -853,13 +867,13 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         let peer = pg.as_mut().map(|(g, cell)| Held { cell: &*cell, s: g });
         let mut step = self.step(ctx, input, held, peer, sips_via, payload, &mut acts);
         let result = self.arms.run(t, &mut step);
-        let Step { respond, created_app, .. } = step;
+        let Step { respond, creation, .. } = step;
         if let Err(e) = result {
             drop(pg);
             drop(hg);
             self.give_back(ctx, &mut acts);
             free_drained(&mut acts);
-            return self.failed(ctx, input, t, e, created_app);
+            return self.failed(ctx, input, t, e, creation.and_then(|c| c.app));
         }
         let mut ended = [None; 2];
         let to = C::target(t, state);
@@ -880,6 +894,13 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         drop(hg);
         self.commit(ctx, input, t, respond, &mut acts, ended);
         free_drained(&mut acts);
+    }
+
+    /// Out of line and cold, so that the retry's block is laid out away from the common path.
+    #[cold]
+    #[inline(never)]
+    fn note_lock_retry(&self) {
+        self.lock_retries.fetch_add(1, Relaxed);
     }
 
     /// Sends what the transition decided (every lock released), then ends the executions that

@@ -10,7 +10,9 @@ use rand::SeedableRng;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
-use tandem_container::{ContainerConfig, Core, CoreParts, IdSource, Locals, Metrics, RouteRule, Service, Services, SessionStore};
+use tandem_container::{
+    AttrValue, ContainerConfig, Core, CoreParts, Destination, IdSource, Locals, Metrics, RouteRule, Service, Services, SessionStore,
+};
 use tandem_engine::dispatch::{Arms, CompiledService, Contract, Step};
 use tandem_engine::{ArmContext, Body, Compiled, Handler, HandlerError, MachineService, Negotiator, Transition};
 use tandem_sip::{Flow, Method, Transport};
@@ -249,4 +251,56 @@ fn an_initial_arm_that_fails_after_deciding_its_answer_sends_only_a_500_and_leav
     assert!(!sent.iter().any(|m| m.starts_with("SIP/2.0 200")), "the failed arm's 200 not sent: {sent:?}");
     assert_eq!((service.failures("Join"), service.transition_count("Join")), (1, 0));
     assert_eq!((rig.store.live_sessions(), rig.store.live_app_sessions()), (0, 0), "the execution the arm created is gone");
+}
+
+/// Busy creates a leg (a later transition, not an initial one), writes an attribute on it and
+/// invites it; a second Busy writes on the first one's leg, which it neither holds nor created.
+struct Forks;
+
+impl Arms<pairing_contract::Machine> for Forks {
+    fn run(&self, arm: Arm, t: &mut Step<'_, '_, pairing_contract::Machine>) -> Result<(), HandlerError> {
+        match arm {
+            Arm::Join => join(t)?,
+            Arm::Busy => {
+                let me = t.sips().ok_or_else(|| HandlerError("no session".into()))?;
+                t.respond(200);
+                let earlier = t.session_attr(me, "leg")?;
+                let target = Destination::parse("127.0.0.1:5070").ok_or_else(|| HandlerError("destination".into()))?;
+                let leg = t.create_leg("sip:pairing@tandem.invalid", "sip:media@127.0.0.1:5070", target)?;
+                t.set_attr(leg, "party", AttrValue::Session(me))?;
+                t.set_attr(me, "leg", AttrValue::Session(leg))?;
+                t.invite(leg, None)?;
+                if let Some(earlier) = earlier {
+                    t.set_attr(earlier, "party", AttrValue::Int(0))?;
+                }
+            }
+            _ => t.respond(200),
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_later_transition_creates_a_leg_writes_it_and_may_not_write_a_session_it_did_not_create() {
+    let service = CompiledService::new("pairing", Forks, None);
+    let mut rig = Rig::new(service.clone());
+    let to_tag = rig.join();
+    rig.deliver(in_dialog("MESSAGE", &to_tag, 2, "unknown"));
+    assert_eq!(service.transition_count("Busy"), 1);
+    let invites = rig.sent.iter().filter(|m| m.starts_with("INVITE sip:media@127.0.0.1:5070")).count();
+    assert_eq!(invites, 1, "the created leg invited: {:?}", rig.sent);
+    let sessions = rig.store.snapshot();
+    let party = sessions.iter().find(|s| s.lock().attributes.get_str("@role") == Some("Party")).expect("the party's session");
+    let party_id = party.lock().id;
+    let leg = party.lock().attributes.get_session("leg").expect("the leg noted on the party");
+    let leg = sessions.iter().find(|s| s.lock().id == leg).expect("the leg in the store");
+    assert_eq!(leg.lock().attributes.get_session("party"), Some(party_id), "written by the arm that created it");
+    // The second Busy may not write the first one's leg: its arm fails, its MESSAGE gets a 500
+    // and its own leg's INVITE is not sent.
+    rig.deliver(in_dialog("MESSAGE", &to_tag, 3, "unknown"));
+    assert_eq!((service.failures("Busy"), service.transition_count("Busy")), (1, 1));
+    assert!(server_error_to(&rig.sent, 3), "{:?}", rig.sent);
+    let invites = rig.sent.iter().filter(|m| m.starts_with("INVITE sip:media@127.0.0.1:5070")).count();
+    assert_eq!(invites, 1, "the failed arm's INVITE not sent: {:?}", rig.sent);
+    assert_eq!(leg.lock().attributes.get_session("party"), Some(party_id), "the first leg unchanged");
 }
