@@ -925,7 +925,11 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
             // At the session's home, in the order the actions were decided.
             ctx.act_in_order(&cell, &mut s, ticket, move |ctx: &mut Context<'_>, s: &mut SipSession| op.apply_on(ctx, s));
         }
-        for app in ended.into_iter().flatten() {
+        let [own, peer] = ended;
+        if let Some(app) = own {
+            ctx.invalidate(app);
+        }
+        if let Some(app) = peer {
             ctx.invalidate(app);
         }
         self.stats.transitions[C::index(t)].count.fetch_add(1, Relaxed);

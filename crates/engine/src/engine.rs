@@ -52,6 +52,9 @@ impl FromStr for Negotiator {
 pub struct HandlerError(pub String);
 
 impl From<crate::transition::TransitionError> for HandlerError {
+    // A failing arm's path: out of line, and unlikely where an arm's `?` converts.
+    #[cold]
+    #[inline(never)]
     fn from(e: crate::transition::TransitionError) -> Self {
         HandlerError(e.to_string())
     }
