@@ -48,6 +48,7 @@ impl Attributes {
         self.memo_generation = self.generation;
     }
 
+    #[inline]
     pub fn get(&self, name: &str) -> Option<&AttrValue> {
         self.entries.iter().find(|(n, _)| same_name(n, name)).map(|(_, v)| v)
     }
@@ -88,6 +89,7 @@ impl Attributes {
         self.generation
     }
 
+    #[inline]
     pub fn get_str(&self, name: &str) -> Option<&str> {
         match self.get(name) {
             Some(AttrValue::Str(s)) => Some(s),
@@ -109,6 +111,7 @@ impl Attributes {
         }
     }
 
+    #[inline]
     pub fn get_session(&self, name: &str) -> Option<SessionId> {
         match self.get(name) {
             Some(AttrValue::Session(s)) => Some(*s),

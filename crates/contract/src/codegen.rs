@@ -198,7 +198,12 @@ pub fn generate(machine: &Machine) -> Result<String, CodegenError> {
     fn role_named(name: &str) -> Option<Role> {{
         match name {{ {role_match}_ => None }}
     }}
-    fn via(r: Role) -> Option<&'static str> {{ VIA[r as usize] }}
+    // A match, inlined: where the role is known, the name is a constant and its look-up
+    // compares in place (no library call).
+    #[inline(always)]
+    fn via(r: Role) -> Option<&'static str> {{
+        match r {{ {via_match}}}
+    }}
     fn ev(code: Option<usize>) -> Ev {{ code.and_then(|c| EV_BY_CODE.get(c)).copied().unwrap_or(Ev::Other) }}
     fn index(t: T) -> usize {{ t as usize }}
     #[inline(always)]
@@ -222,6 +227,11 @@ pub fn generate(machine: &Machine) -> Result<String, CodegenError> {
         initial = machine.initial_state().map_or("?", |s| s.name.name.as_str()),
         state_match = machine.states.iter().map(|s| format!("{:?} => Some(State::{}), ", s.name.name, s.name)).collect::<String>(),
         role_match = machine.roles.iter().map(|r| format!("{:?} => Some(Role::{}), ", r.name.name, r.name)).collect::<String>(),
+        via_match = machine
+            .roles
+            .iter()
+            .map(|r| format!("Role::{} => {}, ", r.name, r.state_via.as_ref().map_or("None".into(), |v| format!("Some({:?})", v.name))))
+            .collect::<String>(),
     );
     // The event enum last: the guards above named the events they compare with.
     g.event_enum(&mut out);
@@ -489,10 +499,7 @@ impl Gen<'_> {
         let finals: Vec<&str> = m.states.iter().map(|s| if s.kind == StateKind::Final { "true" } else { "false" }).collect();
         let _ = writeln!(out, "const FINAL: [bool; {}] = [{}];\n", states.len(), finals.join(", "));
         let _ = writeln!(out, "#[derive(Debug, Clone, Copy, PartialEq, Eq)]\npub enum Role {{ {} }}\n", roles.join(", "));
-        let _ = writeln!(out, "pub const ROLES: [Role; {}] = [{}];", roles.len(), list("Role::", &roles));
-        let via: Vec<String> =
-            m.roles.iter().map(|r| r.state_via.as_ref().map_or("None".into(), |v| format!("Some({:?})", v.name))).collect();
-        let _ = writeln!(out, "const VIA: [Option<&str>; {}] = [{}];\n", roles.len(), via.join(", "));
+        let _ = writeln!(out, "pub const ROLES: [Role; {}] = [{}];\n", roles.len(), list("Role::", &roles));
     }
 
     fn transitions(&self, out: &mut String, peers: &[Peer]) {
