@@ -7,7 +7,13 @@ by about 1 % (the workload's timing moves what the runtime does); the engine's o
 move much less, which makes this the finer reading of a change to the engine.
 
     bench/dating/by_function.py DIR [--event Ir|I1mr|D1mr|D1mw|Bcm|...] [--top N] [--by-file]
-                                    [--contract dating|dating_compiled] [--lines FUNCTION]
+                                    [--contract dating|dating_compiled] [--lines FUNCTION] [--entry]
+
+--entry prints each service's entry points' inclusive cost per message (`on_request`,
+`on_response`, `on_timer`, `on_cancelled` of its `Service` implementation: the service's code and
+everything it calls) and the rest of the process: the like-for-like comparison of the two
+versions, which the grouping by whose code a function is cannot give (`dating_manual`'s closures
+run inside the container's generic functions and are counted as shared code there).
 
 --lines FUNCTION prints, for each service, the self cost per message (in --event's event) of
 every source line in the functions whose name contains FUNCTION (its own lines and the library
@@ -80,6 +86,63 @@ def self_costs(path, event):
         key = (short_path(source), name)
         costs[key] = costs.get(key, 0) + int(m.group(1).replace(",", ""))
     return costs
+
+
+# Each service's `Service` implementation, by the type that implements it: its entry points'
+# inclusive cost is everything a message costs in the service and what the service calls.
+ENTRY_TYPES = {
+    "dating": "tandem_engine::engine::MachineService",
+    "dating_compiled": "tandem_engine::dispatch::CompiledService",
+    "dating_manual": "tandem_services::dating_manual::DatingManual",
+}
+ENTRY_POINTS = re.compile(r" as tandem_container::service::Service>::on_(?:request|response|timer|cancelled)$")
+
+
+def entry_cost(path, event, service):
+    """The inclusive cost of `service`'s `Service` entry points (`on_request`, `on_response`,
+    `on_timer`, `on_cancelled`): what the service's code runs and calls, the container's code
+    included, wherever the compiler put it. Self costs by function cannot tell that apart: the
+    closures `dating_manual` passes to the container are named after the container's functions
+    (`Context::with_session`), while the dispatcher's are its own."""
+    cmd = ["callgrind_annotate", "--inclusive=yes", "--threshold=100", "--show=" + event, "--sort=" + event, path]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit("callgrind_annotate %s failed: %s" % (path, " ".join(done.stderr.strip().splitlines()[-1:])))
+    prefix = "<" + ENTRY_TYPES[service]
+    total = 0
+    listing = False
+    for line in done.stdout.splitlines():
+        if "file:function" in line:
+            listing = True
+            continue
+        if not listing:
+            continue
+        if line.startswith("-- ") or "Auto-annotated source" in line:
+            break
+        m = LINE.match(line)
+        if not m:
+            continue
+        name = re.sub(r" \[[^\]]*\]$", "", m.group(2))
+        name = name.split(":", 1)[1] if ":" in name and not name.startswith("<") else name
+        if name.startswith(prefix) and ENTRY_POINTS.search(name):
+            total += int(m.group(1).replace(",", ""))
+    return {"entry": total}
+
+
+def print_entries(folder, services, found, event):
+    print("\n%s per message: the services' entry points, inclusive (the service and what it calls), "
+          "and the rest of the process (parsing, transactions, transport, runtime)\n" % event)
+    print("| service | entry points | rest | all |")
+    print("|---|---|---|---|")
+    rows = {}
+    for s in services:
+        per = slope(folder, s, lambda out: entry_cost(out, event, s))
+        entry, everything = per["entry"], sum(found[s].values())
+        rows[s] = (entry, everything - entry, everything)
+        print("| %s | %.1f | %.1f | %.1f |" % ((s,) + rows[s]))
+    if len(rows) == 2:
+        (a, b) = [rows[s] for s in services]
+        print("| ratio | %s |" % " | ".join("%.4f" % (x / y) if y else "-" for x, y in zip(a, b)))
 
 
 def short_path(path):
@@ -234,6 +297,9 @@ def main():
     ap.add_argument("--contract", default="dating",
                     help="the contract version to compare with dating_manual: dating (the engine) "
                          "or dating_compiled (the contract compiled to Rust, tandem_engine::dispatch)")
+    ap.add_argument("--entry", action="store_true",
+                    help="also the inclusive cost of each service's entry points (on_request, "
+                         "on_response, ...) against the rest of the process")
     ap.add_argument("--lines", metavar="FUNCTION",
                     help="self cost per source line of the functions whose name contains FUNCTION")
     args = ap.parse_args()
@@ -266,6 +332,8 @@ def main():
             print("%+9.1f  %9.1f %9.1f  %s" % (delta, d.get(name, 0), m.get(name, 0), name[:120]))
     if args.by_file:
         print_by_file(by_source, args.top)
+    if args.entry:
+        print_entries(args.folder, names, found, args.event)
     if args.lines:
         print_lines(args.folder, names, args.lines, args.top, args.event)
 
