@@ -743,11 +743,13 @@ def analyse(res, plan, samples, before, after, rawdir, t_start, t_stop, t_sipp_d
     has_retries = after is not None and any(n == "tandem_manual_lock_retries_total" for n, _, _ in after)
     out["manual_lock_retries"] = delta("tandem_manual_lock_retries_total") if has_retries else None
     out["ambiguous"] = delta("tandem_ambiguous_messages_total")
-    out["handler_failures"] = delta("tandem_transition_failures_total")
+    # the hand-written service counts its transitions under its own names (same labels)
+    failures = [delta(n) for n in ("tandem_transition_failures_total", "tandem_manual_transition_failures_total")]
+    out["handler_failures"] = None if None in failures else sum(failures)
     tr = {}
     if after is not None:
         for n, l, v in after:
-            if n == "tandem_transitions_total" and v:
+            if n in ("tandem_transitions_total", "tandem_manual_transitions_total") and v:
                 b = msum(before or [], n, **l)
                 if v - b:
                     tr[l.get("transition")] = tr.get(l.get("transition"), 0) + int(v - b)
@@ -787,7 +789,7 @@ def analyse(res, plan, samples, before, after, rawdir, t_start, t_stop, t_sipp_d
     if tr:
         inv["pairing_ok"] = (reinvited <= 2 * t7 and 2 * t7 <= comp_created + early_created
                              and t8 <= 2 * t7)
-    else:   # no tandem_transitions_total (e.g. dating_manual): only SIPp's side is checked
+    else:   # no transition counts (a tandem without its metrics): only SIPp's side is checked
         inv["pairing_ok"] = None
     # the odd caller(s) left waiting when the load stops hang up after 20 s: allow 2
     inv["unpaired_ok"] = unpaired <= 2
