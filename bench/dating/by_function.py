@@ -56,19 +56,18 @@ def group_of(name):
     return SHARED
 
 
-def self_costs(path, event):
-    """{(file, function): self cost} from callgrind_annotate's function list (object names
-    dropped). The file is where the instructions' source is: a function's entries in several
-    files are its own code and what was inlined into it."""
+def function_list(path, event, inclusive=False):
+    """(source file, function, cost) for each entry of callgrind_annotate's function list
+    (object names dropped): self costs, or inclusive ones."""
     cmd = ["callgrind_annotate", "--threshold=100", "--show=" + event, "--sort=" + event, path]
+    if inclusive:
+        cmd.insert(1, "--inclusive=yes")
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit("callgrind_annotate %s failed (an event the output lacks? Events other than Ir "
                  "need CACHE=1): %s" % (path, " ".join(done.stderr.strip().splitlines()[-1:])))
-    out = done.stdout
-    costs = {}
     listing = False
-    for line in out.splitlines():
+    for line in done.stdout.splitlines():
         if "file:function" in line:
             listing = True
             continue
@@ -82,9 +81,17 @@ def self_costs(path, event):
         name = m.group(2)
         # "FILE:FUNCTION" (a file name holds no colon)
         source, name = name.split(":", 1) if ":" in name else ("?", name)
-        name = re.sub(r" \[[^\]]*\]$", "", name)
+        yield source, re.sub(r" \[[^\]]*\]$", "", name), int(m.group(1).replace(",", ""))
+
+
+def self_costs(path, event):
+    """{(file, function): self cost} from callgrind_annotate's function list. The file is where
+    the instructions' source is: a function's entries in several files are its own code and
+    what was inlined into it."""
+    costs = {}
+    for source, name, cost in function_list(path, event):
         key = (short_path(source), name)
-        costs[key] = costs.get(key, 0) + int(m.group(1).replace(",", ""))
+        costs[key] = costs.get(key, 0) + cost
     return costs
 
 
@@ -104,28 +111,9 @@ def entry_cost(path, event, service):
     included, wherever the compiler put it. Self costs by function cannot tell that apart: the
     closures `dating_manual` passes to the container are named after the container's functions
     (`Context::with_session`), while the dispatcher's are its own."""
-    cmd = ["callgrind_annotate", "--inclusive=yes", "--threshold=100", "--show=" + event, "--sort=" + event, path]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit("callgrind_annotate %s failed: %s" % (path, " ".join(done.stderr.strip().splitlines()[-1:])))
     prefix = "<" + ENTRY_TYPES[service]
-    total = 0
-    listing = False
-    for line in done.stdout.splitlines():
-        if "file:function" in line:
-            listing = True
-            continue
-        if not listing:
-            continue
-        if line.startswith("-- ") or "Auto-annotated source" in line:
-            break
-        m = LINE.match(line)
-        if not m:
-            continue
-        name = re.sub(r" \[[^\]]*\]$", "", m.group(2))
-        name = name.split(":", 1)[1] if ":" in name and not name.startswith("<") else name
-        if name.startswith(prefix) and ENTRY_POINTS.search(name):
-            total += int(m.group(1).replace(",", ""))
+    total = sum(cost for _, name, cost in function_list(path, event, inclusive=True)
+                if name.startswith(prefix) and ENTRY_POINTS.search(name))
     return {"entry": total}
 
 
