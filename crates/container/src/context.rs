@@ -172,6 +172,12 @@ impl<'a> Context<'a> {
     /// answer later with [`Self::answer_session`]. A CANCEL before the answer is answered 487
     /// by the container (the service hears `on_cancelled`).
     pub fn accept(&mut self, req: &Request<'_>, app: Option<AppSessionId>) -> Result<SessionId, ContainerError> {
+        self.accept_cell(req, app).map(|(id, _)| id)
+    }
+
+    /// [`Self::accept`], with the new session's cell: a service that writes the session next
+    /// locks it without looking its ID up again.
+    pub fn accept_cell(&mut self, req: &Request<'_>, app: Option<AppSessionId>) -> Result<(SessionId, SessionCell), ContainerError> {
         let msg = req.msg;
         let tx = req.tx.ok_or(ContainerError::NotAnInvite)?;
         if msg.method() != Some(&Method::Invite) || req.session.is_some() {
@@ -183,7 +189,7 @@ impl<'a> Context<'a> {
         };
         let id = SessionId(self.st.ids.u128());
         let local_tag = self.st.ids.tag();
-        self.register_session(SipSession {
+        let cell = self.register_session(SipSession {
             id,
             app,
             service: self.service,
@@ -201,7 +207,7 @@ impl<'a> Context<'a> {
             pending_request: None,
         })?;
         self.st.server_owner.insert(tx, ServerOwner::Session(id));
-        Ok(id)
+        Ok((id, cell))
     }
 
     /// Answers the INVITE of a session made by [`Self::accept`]: a 2xx (with our Contact,
@@ -311,6 +317,17 @@ impl<'a> Context<'a> {
         to_uri: &str,
         target: Destination,
     ) -> Result<SessionId, ContainerError> {
+        self.create_uac_cell(app, from_uri, to_uri, target).map(|(id, _)| id)
+    }
+
+    /// [`Self::create_uac_session`], with the new session's cell (see [`Self::accept_cell`]).
+    pub fn create_uac_cell(
+        &mut self,
+        app: AppSessionId,
+        from_uri: &str,
+        to_uri: &str,
+        target: Destination,
+    ) -> Result<(SessionId, SessionCell), ContainerError> {
         let listener = self.st.locals.for_transport(target.transport).cloned().ok_or(ContainerError::NoListener)?;
         let call_id = self.local_call_id();
         let local_tag = self.st.ids.tag();
@@ -340,7 +357,7 @@ impl<'a> Context<'a> {
             flow: Flow { transport: target.transport, listener: listener.index, connection: 0, remote: target.addr },
         };
         let id = SessionId(self.st.ids.u128());
-        self.register_session(SipSession {
+        let cell = self.register_session(SipSession {
             id,
             app,
             service: self.service,
@@ -357,7 +374,7 @@ impl<'a> Context<'a> {
             pending_invite: None,
             pending_request: None,
         })?;
-        Ok(id)
+        Ok((id, cell))
     }
 
     /// A Call-ID that hashes to this executor, so the dialog's messages come back here.
@@ -370,12 +387,11 @@ impl<'a> Context<'a> {
         }
     }
 
-    fn register_session(&mut self, session: SipSession) -> Result<(), ContainerError> {
+    fn register_session(&mut self, session: SipSession) -> Result<SessionCell, ContainerError> {
         let app = self.st.store.app_session(session.app).ok_or(ContainerError::NoSuchApp)?;
         app.lock().sessions.push(session.id);
         self.st.dialogs.insert(session.dialog.local_tag.clone(), session.id);
-        self.st.store.insert_session(session);
-        Ok(())
+        Ok(self.st.store.insert_session(session))
     }
 
     /// Resolves a session ID (e.g. one received in a message body) to a live session.
