@@ -328,10 +328,16 @@ fn free_drained(acts: &mut ManuallyDrop<Acts>) {
     }
 }
 
-/// The sessions an arm created, by ID (their cells are looked up when written).
-#[derive(Default)]
-struct Created {
-    ids: [Option<SessionId>; CREATED_MAX],
+/// The sessions an arm created, with their cells (kept from their creation: written and
+/// acted on without a look-up by ID). `K` is only for the tests, which make no sessions.
+struct Created<K = SessionCell> {
+    cells: [Option<(SessionId, K)>; CREATED_MAX],
+}
+
+impl<K> Default for Created<K> {
+    fn default() -> Self {
+        Created { cells: std::array::from_fn(|_| None) }
+    }
 }
 
 /// What an arm that creates sessions leaves for the dispatcher (an initial transition's: the
@@ -359,16 +365,16 @@ impl<S> Creation<S> {
 /// An initial transition creates its execution's sessions (the dating T1: two).
 const CREATED_MAX: usize = 4;
 
-impl Created {
+impl<K> Created<K> {
     #[inline]
-    fn has(&self, id: SessionId) -> bool {
-        self.ids.contains(&Some(id))
+    fn cell(&self, id: SessionId) -> Option<&K> {
+        self.cells.iter().flatten().find(|(c, _)| *c == id).map(|(_, cell)| cell)
     }
 
-    fn add(&mut self, id: SessionId) -> Result<(), TransitionError> {
-        let slot = self.ids.iter_mut().find(|s| s.is_none()).ok_or(TransitionError::TooManyCreated(CREATED_MAX))?;
-        *slot = Some(id);
-        Ok(())
+    fn add(&mut self, (id, cell): (SessionId, K)) -> Result<SessionId, TransitionError> {
+        let slot = self.cells.iter_mut().find(|s| s.is_none()).ok_or(TransitionError::TooManyCreated(CREATED_MAX))?;
+        *slot = Some((id, cell));
+        Ok(id)
     }
 }
 
@@ -406,20 +412,23 @@ impl<C: Contract> Step<'_, '_, C> {
                 return Ok(f(p.s));
             }
         }
+        if let Some(cell) = self.creation.as_ref().and_then(|c| c.created.cell(id)) {
+            // Created by the arm: its cell kept, no look-up.
+            return Ok(f(&mut cell.lock()));
+        }
         let mut g = self.other(id, write)?;
         Ok(f(&mut g))
     }
 
-    /// A session the step does not hold, locked: one the arm created, or a leaf to read.
+    /// A session the step neither holds nor created, locked: a leaf to read.
     #[inline(never)]
     fn other(&self, id: SessionId, write: bool) -> Result<PeerGuard, TransitionError> {
-        let created = self.creation.as_ref().is_some_and(|c| c.created.has(id));
-        if write && !created {
+        if write {
             // Only held and created sessions change: another session is a leaf (all `once`).
             return Err(TransitionError::NotAcquired(id));
         }
         let g = self.ctx.session(id).ok_or(TransitionError::NoSuchSession(id))?.lock_arc();
-        if !created && g.is_removed() {
+        if g.is_removed() {
             return Err(TransitionError::NoSuchSession(id));
         }
         Ok(g)
@@ -437,10 +446,14 @@ impl<C: Contract> Step<'_, '_, C> {
         let (cell, ticket) = match (&mut self.holder, &mut self.peer) {
             (Some(h), _) if h.s.id == session => (h.cell.clone(), Some(h.s.reserve_action())),
             (_, Some(p)) if p.s.id == session => (p.cell.clone(), Some(p.s.reserve_action())),
-            // A created session or a leaf; one gone meanwhile is skipped (as the engine does).
-            _ => match self.ctx.session(session) {
-                Some(cell) => (cell, None),
-                None => return Ok(()),
+            _ => match self.creation.as_ref().and_then(|c| c.created.cell(session)) {
+                // Created by the arm: its cell kept.
+                Some(cell) => (cell.clone(), None),
+                // A leaf; one gone meanwhile is skipped (as the engine does).
+                None => match self.ctx.session(session) {
+                    Some(cell) => (cell, None),
+                    None => return Ok(()),
+                },
             },
         };
         self.acts.push(Some(Act { cell, ticket, op }));
@@ -474,9 +487,9 @@ impl<C: Contract> ArmContext for Step<'_, '_, C> {
         let Some(req) = self.input.req else { return Err(TransitionError::NotARequest("accepted")) };
         let app = self.ctx.create_app_session();
         self.creation().app = Some(app);
-        let id = self.ctx.accept(req, Some(app))?;
+        let created = self.ctx.accept_cell(req, Some(app))?;
         let creation = self.creation();
-        creation.created.add(id)?;
+        let id = creation.created.add(created)?;
         creation.sips = Some(id);
         Ok(id)
     }
@@ -484,9 +497,8 @@ impl<C: Contract> ArmContext for Step<'_, '_, C> {
     #[inline]
     fn create_leg(&mut self, from_uri: &str, to_uri: &str, target: Destination) -> Result<SessionId, TransitionError> {
         let app = self.app().ok_or(TransitionError::NotARequest("given a leg"))?;
-        let id = self.ctx.create_uac_session(app, from_uri, to_uri, target)?;
-        self.creation().created.add(id)?;
-        Ok(id)
+        let created = self.ctx.create_uac_cell(app, from_uri, to_uri, target)?;
+        self.creation().created.add(created)
     }
 
     #[inline]
@@ -497,12 +509,7 @@ impl<C: Contract> ArmContext for Step<'_, '_, C> {
         attrs: [(&str, AttrValue); N],
     ) -> Result<(), TransitionError> {
         let Some(r) = C::role_named(role) else { return Err(TransitionError::UnknownRole(role.to_string())) };
-        let mut state = None;
-        if let Some(c) = self.creation.as_mut().filter(|c| r == C::HOLDER && c.created.has(id)) {
-            c.holder = Some(id);
-            state = c.to;
-        }
-        self.with(id, true, |s| {
+        let write = |s: &mut SipSession, attrs: [(&str, AttrValue); N], state: Option<C::State>| {
             s.attributes.set(ROLE, AttrValue::Str(role.to_string()));
             for (name, value) in attrs {
                 s.attributes.set(name, value);
@@ -510,7 +517,27 @@ impl<C: Contract> ArmContext for Step<'_, '_, C> {
             if let Some(to) = state {
                 set_state::<C>(s, to);
             }
-        })
+        };
+        // A session the arm created (an initial transition's), written through its kept cell:
+        // the attributes are not moved into a closure for `with`.
+        if let Some(c) = self.creation.as_mut() {
+            if let Some(cell) = c.created.cell(id) {
+                let state = if r == C::HOLDER {
+                    c.holder = Some(id);
+                    c.to
+                } else {
+                    None
+                };
+                write(&mut cell.lock(), attrs, state);
+                return Ok(());
+            }
+        }
+        match (&mut self.holder, &mut self.peer) {
+            (Some(h), _) if h.s.id == id => write(h.s, attrs, None),
+            (_, Some(p)) if p.s.id == id => write(p.s, attrs, None),
+            _ => return Err(TransitionError::NotAcquired(id)),
+        }
+        Ok(())
     }
 
     #[inline(always)]
@@ -675,13 +702,17 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         let payload = view.payload.get().flatten();
         let to = C::target(t, C::INITIAL);
         let mut acts = ManuallyDrop::new(Acts::new());
-        let mut step = self.step(ctx, input, None, None, None, payload, &mut acts);
-        // Written on the holder by `set_role_and_attrs`, as the arm creates it; an arm that
-        // then fails has its execution invalidated before anyone else can see that session.
-        step.creation = Some(Creation::new(Some(to).filter(|to| *to != C::INITIAL && !C::is_final(*to))));
-        let result = self.arms.run(t, &mut step);
-        let Step { respond, creation, .. } = step;
-        let (created_holder, created_app) = creation.map_or((None, None), |c| (c.holder, c.app));
+        // The step is dropped where it is, at the block's end: moving it (to drop it, or to
+        // take its fields) copies its few hundred bytes.
+        let (result, respond, created_holder, created_app) = {
+            let mut step = self.step(ctx, input, None, None, None, payload, &mut acts);
+            // Written on the holder by `set_role_and_attrs`, as the arm creates it; an arm that
+            // then fails has its execution invalidated before anyone else can see that session.
+            step.creation = Some(Creation::new(Some(to).filter(|to| *to != C::INITIAL && !C::is_final(*to))));
+            let result = self.arms.run(t, &mut step);
+            let (holder, app) = step.creation.as_ref().map_or((None, None), |c| (c.holder, c.app));
+            (result, step.respond, holder, app)
+        };
         if let Err(e) = result {
             self.give_back(ctx, &mut acts);
             free_drained(&mut acts);
@@ -865,15 +896,18 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         let mut acts = ManuallyDrop::new(Acts::new());
         let held = Some(Held { cell: hcell, s: &mut hg });
         let peer = pg.as_mut().map(|(g, cell)| Held { cell: &*cell, s: g });
-        let mut step = self.step(ctx, input, held, peer, sips_via, payload, &mut acts);
-        let result = self.arms.run(t, &mut step);
-        let Step { respond, creation, .. } = step;
+        // Dropped in place at the block's end (see `initial`).
+        let (result, respond, created_app) = {
+            let mut step = self.step(ctx, input, held, peer, sips_via, payload, &mut acts);
+            let result = self.arms.run(t, &mut step);
+            (result, step.respond, step.creation.as_ref().and_then(|c| c.app))
+        };
         if let Err(e) = result {
             drop(pg);
             drop(hg);
             self.give_back(ctx, &mut acts);
             free_drained(&mut acts);
-            return self.failed(ctx, input, t, e, creation.and_then(|c| c.app));
+            return self.failed(ctx, input, t, e, created_app);
         }
         let mut ended = [None; 2];
         let to = C::target(t, state);
@@ -1027,14 +1061,14 @@ mod tests {
 
     #[test]
     fn a_step_records_the_sessions_it_creates_up_to_its_limit() {
-        let mut created = Created::default();
+        let mut created = Created::<u128>::default();
         for n in 1..=CREATED_MAX as u128 {
-            assert!(!created.has(SessionId(n)));
-            assert!(created.add(SessionId(n)).is_ok());
-            assert!(created.has(SessionId(n)));
+            assert_eq!(created.cell(SessionId(n)), None);
+            assert_eq!(created.add((SessionId(n), n * 10)).ok(), Some(SessionId(n)));
+            assert_eq!(created.cell(SessionId(n)), Some(&(n * 10)));
         }
-        assert!(matches!(created.add(SessionId(99)), Err(TransitionError::TooManyCreated(CREATED_MAX))));
-        assert!(!created.has(SessionId(99)));
+        assert!(matches!(created.add((SessionId(99), 990)), Err(TransitionError::TooManyCreated(CREATED_MAX))));
+        assert_eq!(created.cell(SessionId(99)), None);
     }
 
     #[test]

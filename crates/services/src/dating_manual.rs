@@ -254,10 +254,6 @@ enum Op {
 }
 
 impl Op {
-    fn apply(self, ctx: &mut Context<'_>, session: SessionId) {
-        ctx.with_session(session, |ctx, s| self.apply_on(ctx, s));
-    }
-
     /// Applies the action to `s`, locked by the caller. On a session whose execution ended
     /// since the action was decided, only what ends the dialog (BYE, CANCEL) still applies.
     fn apply_on(self, ctx: &mut Context<'_>, s: &mut SipSession) {
@@ -417,27 +413,30 @@ impl DatingManual {
     fn t1(&self, ctx: &mut Context<'_>, m: &Msg<'_, '_>) {
         let Some(req) = m.req else { return self.absorb(ctx, m) };
         let app = ctx.create_app_session();
-        let caller = match ctx.accept(req, Some(app)) {
-            Ok(id) => id,
+        // The new sessions' cells are kept: written and acted on without a look-up by ID.
+        let (caller, caller_cell) = match ctx.accept_cell(req, Some(app)) {
+            Ok(created) => created,
             Err(e) => return self.failed(ctx, m, T::T1, app, &e.to_string()),
         };
-        let msr = match ctx.create_uac_session(app, "sip:dating@tandem.invalid", &self.media_uri, self.media) {
-            Ok(id) => id,
+        let (msr, msr_cell) = match ctx.create_uac_cell(app, "sip:dating@tandem.invalid", &self.media_uri, self.media) {
+            Ok(created) => created,
             Err(e) => return self.failed(ctx, m, T::T1, app, &e.to_string()),
         };
-        ctx.with_session(msr, |_, s| {
-            s.attributes.set(ROLE, AttrValue::Str(MSR.to_string()));
-            s.attributes.set("caller", AttrValue::Session(caller));
-        });
         let offer = m.body();
-        ctx.with_session(caller, |_, s| {
+        {
+            let mut s = caller_cell.lock();
             s.attributes.set(ROLE, AttrValue::Str(CALLER.to_string()));
             s.attributes.set("sdp", AttrValue::Bytes(offer));
             s.attributes.set("msr", AttrValue::Session(msr));
-            State::InvitingMS.set(s);
-        });
+            State::InvitingMS.set(&mut s);
+        }
+        // Written and invited under one lock (the caller's released first: its lock comes first).
+        let mut s = msr_cell.lock();
+        s.attributes.set(ROLE, AttrValue::Str(MSR.to_string()));
+        s.attributes.set("caller", AttrValue::Session(caller));
         let id = Bytes::from(caller.to_string());
-        Op::Send { method: Method::Invite, body: Some(("text/plain", id)) }.apply(ctx, msr);
+        Op::Send { method: Method::Invite, body: Some(("text/plain", id)) }.apply_on(ctx, &mut s);
+        drop(s);
         self.stats.transitions[T::T1 as usize].fetch_add(1, Relaxed);
     }
 
