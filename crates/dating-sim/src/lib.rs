@@ -112,6 +112,8 @@ pub enum SimError {
     Setup(String),
     #[error("{0} sent a message that does not parse: {1}")]
     Unparsable(&'static str, String),
+    #[error("{0} calls in all: each caller has a port of its own, at most {1}")]
+    TooManyCalls(usize, usize),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -276,10 +278,16 @@ impl Sim {
 
     /// Runs every phase, then lets every timer run out; reports what happened.
     pub fn run(mut self, config: &SimConfig) -> Result<Report, SimError> {
+        let total = config.calls.saturating_mul(config.phases.len());
+        let most = usize::from(u16::MAX - CALLER_BASE);
+        if total > most {
+            return Err(SimError::TooManyCalls(total, most));
+        }
         for profile in &config.phases {
             let first = self.callers.len();
             for i in 0..config.calls {
                 let n = first + i;
+                // Below u16::MAX: checked above.
                 let port = CALLER_BASE + n as u16;
                 self.callers.push(Caller {
                     profile: *profile,
@@ -580,6 +588,12 @@ mod tests {
     #[test]
     fn a_run_is_repeatable() {
         assert_eq!(run("dating_compiled", 10), run("dating_compiled", 10));
+    }
+
+    #[test]
+    fn more_calls_than_ports_are_refused() {
+        let config = SimConfig { calls: 20_000, ..SimConfig::default() };
+        assert!(matches!(simulate(&config), Err(SimError::TooManyCalls(60_000, _))));
     }
 
     #[test]
