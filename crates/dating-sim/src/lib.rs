@@ -114,6 +114,8 @@ pub enum SimError {
     Unparsable(&'static str, String),
     #[error("{0} calls in all: each caller has a port of its own, at most {1}")]
     TooManyCalls(usize, usize),
+    #[error("the call rate must be a positive number of calls per second, not {0}")]
+    Rate(f64),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -282,6 +284,9 @@ impl Sim {
         let most = usize::from(u16::MAX - CALLER_BASE);
         if total > most {
             return Err(SimError::TooManyCalls(total, most));
+        }
+        if !(config.rate.is_finite() && config.rate > 0.0) {
+            return Err(SimError::Rate(config.rate));
         }
         for profile in &config.phases {
             let first = self.callers.len();
@@ -594,6 +599,14 @@ mod tests {
     fn more_calls_than_ports_are_refused() {
         let config = SimConfig { calls: 20_000, ..SimConfig::default() };
         assert!(matches!(simulate(&config), Err(SimError::TooManyCalls(60_000, _))));
+    }
+
+    #[test]
+    fn a_rate_that_is_not_positive_is_refused() {
+        for rate in [0.0, -1.0, f64::NAN] {
+            let config = SimConfig { rate, ..SimConfig::default() };
+            assert!(matches!(simulate(&config), Err(SimError::Rate(_))), "{rate}");
+        }
     }
 
     #[test]
