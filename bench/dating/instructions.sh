@@ -23,6 +23,7 @@ command -v valgrind >/dev/null || { echo "valgrind missing (apt-get install valg
 command -v sipp >/dev/null || { echo "sipp missing (apt-get install sip-tester)"; exit 2; }
 [ -x "$BIN" ] || { echo "$BIN missing (cargo build --release -p tandem)"; exit 2; }
 . bench/dating/workload.sh
+. bench/dating/callgrind.sh
 work=$(mktemp -d /tmp/tandem-instructions.XXXXXX)
 trap '[ -n "${KEEP:-}" ] && echo "callgrind outputs kept in $work" >&2 || rm -rf "$work"' EXIT
 
@@ -37,11 +38,7 @@ measure() {
     local run_under=(valgrind --tool=callgrind ${tool_args[@]+"${tool_args[@]}"} --callgrind-out-file="$work/cg-$svc-$calls.out")
     msgs=$(dating_workload "$BIN" "$svc" "$calls" 20 "$work" ${extra_sets[@]+"${extra_sets[@]}"})
     echo "$msgs" >"$work/messages-$svc-$calls"
-    # The events line names the columns of the totals line (Ir alone without CACHE=1).
-    echo "$msgs $(callgrind_annotate "$work/cg-$svc-$calls.out" 2>/dev/null | awk '
-        /^Events shown:/ { for (i = 3; i <= NF; i++) ev[i - 2] = $i }
-        /PROGRAM TOTALS/ { gsub(",", ""); n = 0; for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+$/) printf "%s=%s ", ev[++n], $i }
-        ' | sed 's/ *$//')"
+    echo "$msgs $(callgrind_totals "$work/cg-$svc-$calls.out")"
 }
 
 # "EVENT=N ..." twice -> "EVENT per message ..." (slope)

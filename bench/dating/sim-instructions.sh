@@ -21,6 +21,7 @@ cd "$(dirname "$0")/../.."
 BIN=${BIN:-target/release/dating-sim}
 command -v valgrind >/dev/null || { echo "valgrind missing (apt-get install valgrind)"; exit 2; }
 [ -x "$BIN" ] || { echo "$BIN missing (cargo build --release -p tandem-dating-sim)"; exit 2; }
+. bench/dating/callgrind.sh
 work=$(mktemp -d /tmp/tandem-sim-instructions.XXXXXX)
 trap '[ -n "${KEEP:-}" ] && echo "callgrind outputs kept in $work" >&2 || rm -rf "$work"' EXIT
 tool_args=()
@@ -37,10 +38,7 @@ measure() {
         { echo "$svc: the simulation failed:" >&2; cat "$work/report-$svc-$n" >&2; exit 1; }
     msgs=$(awk '$1 == "dating_messages" {print $2}' "$work/report-$svc-$n")
     echo "$msgs" >"$work/messages-$svc-$n"
-    echo "$msgs $(callgrind_annotate "$out" 2>/dev/null | awk '
-        /^Events shown:/ { for (i = 3; i <= NF; i++) ev[i - 2] = $i }
-        /PROGRAM TOTALS/ { gsub(",", ""); n = 0; for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+$/) printf "%s=%s ", ev[++n], $i }
-        ' | sed 's/ *$//')"
+    echo "$msgs $(callgrind_totals "$out")"
 }
 
 # "M1 M2 EVENTS1 EVENTS2" per repetition, one per line, on stdin -> "EVENT median (min-max), ..."
