@@ -365,6 +365,13 @@ impl<S> Creation<S> {
 /// An initial transition creates its execution's sessions (the dating T1: two).
 const CREATED_MAX: usize = 4;
 
+/// A step's creation, taken and freed (the created sessions' cells let go); a step that
+/// created nothing has nothing to free, checked inline by the caller.
+#[inline(never)]
+fn end_creation<S>(creation: &mut ManuallyDrop<Option<Creation<S>>>) -> Option<Creation<S>> {
+    ManuallyDrop::into_inner(std::mem::replace(creation, ManuallyDrop::new(None)))
+}
+
 impl<K> Created<K> {
     #[inline]
     fn cell(&self, id: SessionId) -> Option<&K> {
@@ -391,7 +398,10 @@ pub struct Step<'s, 'a, C: Contract> {
     sips_via: Option<&'static str>,
     payload: Option<SessionId>,
     /// Set by the first session the arm creates (an initial transition's from the start).
-    creation: Option<Creation<C::State>>,
+    /// Not dropped with the step: most arms create nothing, and an `Option<Creation>`'s drop
+    /// glue is an out-of-line call on every message; [`end_creation`] frees one that is set
+    /// (an arm that panics leaves its created sessions' cells unfreed: a leak, nothing worse).
+    creation: ManuallyDrop<Option<Creation<C::State>>>,
     respond: Option<u16>,
     acts: &'s mut Acts,
     _contract: PhantomData<fn() -> C>,
@@ -705,12 +715,12 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         // The step is dropped where it is, at the block's end: moving it (to drop it, or to
         // take its fields) copies its few hundred bytes.
         let (result, respond, created_holder, created_app) = {
-            let mut step = self.step(ctx, input, None, None, None, payload, &mut acts);
             // Written on the holder by `set_role_and_attrs`, as the arm creates it; an arm that
             // then fails has its execution invalidated before anyone else can see that session.
-            step.creation = Some(Creation::new(Some(to).filter(|to| *to != C::INITIAL && !C::is_final(*to))));
+            let creation = Creation::new(Some(to).filter(|to| *to != C::INITIAL && !C::is_final(*to)));
+            let mut step = self.step(ctx, input, None, None, None, payload, Some(creation), &mut acts);
             let result = self.arms.run(t, &mut step);
-            let (holder, app) = step.creation.as_ref().map_or((None, None), |c| (c.holder, c.app));
+            let (holder, app) = end_creation(&mut step.creation).map_or((None, None), |c| (c.holder, c.app));
             (result, step.respond, holder, app)
         };
         if let Err(e) = result {
@@ -736,9 +746,11 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         peer: Option<Held<'s>>,
         sips_via: Option<&'static str>,
         payload: Option<SessionId>,
+        creation: Option<Creation<C::State>>,
         acts: &'s mut Acts,
     ) -> Step<'s, 'a, C> {
-        Step { ctx, input, holder, peer, sips_via, payload, creation: None, respond: None, acts, _contract: PhantomData }
+        let creation = ManuallyDrop::new(creation);
+        Step { ctx, input, holder, peer, sips_via, payload, creation, respond: None, acts, _contract: PhantomData }
     }
 
     /// A message of the execution whose state holder `holder` is locked (`hg`).
@@ -898,9 +910,10 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         let peer = pg.as_mut().map(|(g, cell)| Held { cell: &*cell, s: g });
         // Dropped in place at the block's end (see `initial`).
         let (result, respond, created_app) = {
-            let mut step = self.step(ctx, input, held, peer, sips_via, payload, &mut acts);
+            let mut step = self.step(ctx, input, held, peer, sips_via, payload, None, &mut acts);
             let result = self.arms.run(t, &mut step);
-            (result, step.respond, step.creation.as_ref().and_then(|c| c.app))
+            let created_app = if step.creation.is_some() { end_creation(&mut step.creation).and_then(|c| c.app) } else { None };
+            (result, step.respond, created_app)
         };
         if let Err(e) = result {
             drop(pg);
