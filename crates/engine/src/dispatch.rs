@@ -1009,6 +1009,10 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         }
     }
 
+    // Rare (a message no transition takes, or whose session is gone): out of line and cold,
+    // laid out away from the common path as the errors are.
+    #[cold]
+    #[inline(never)]
     fn absorb(&self, ctx: &mut Context<'_>, input: &Input<'_, '_>) {
         self.stats.absorbed.fetch_add(1, Relaxed);
         if let Some(req) = input.req {
