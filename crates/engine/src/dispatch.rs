@@ -369,7 +369,7 @@ const CREATED_MAX: usize = 4;
 /// created nothing has nothing to free, checked inline by the caller.
 #[inline(never)]
 fn end_creation<S>(creation: &mut ManuallyDrop<Option<Creation<S>>>) -> Option<Creation<S>> {
-    ManuallyDrop::into_inner(std::mem::replace(creation, ManuallyDrop::new(None)))
+    creation.take()
 }
 
 impl<K> Created<K> {
