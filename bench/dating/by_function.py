@@ -105,6 +105,49 @@ ENTRY_TYPES = {
 ENTRY_POINTS = re.compile(r" as tandem_container::service::Service>::on_(?:request|response|timer|cancelled)$")
 
 
+def inclusive_costs(path, event):
+    """{function: inclusive cost} read from a callgrind output itself: a function's own cost
+    lines and the inclusive costs of the calls it makes (the line after each `calls=`), summed
+    over all its blocks. callgrind_annotate's inclusive list cannot be used here: it keys a
+    function by the file of its inlined code too, and the entries of one function overlap (the
+    services' `on_request` and the container's `Core::on_message` each came out about twice)."""
+    names, incl = {}, {}
+    column, fn, call = None, None, None
+
+    def resolve(spec):
+        # "(id) name" defines a compressed name, "(id)" refers to one
+        m = re.match(r"\((\d+)\)(?: (.*))?$", spec.strip())
+        if not m:
+            return spec.strip()
+        if m.group(2) is not None:
+            names[m.group(1)] = m.group(2)
+        return names.get(m.group(1), spec.strip())
+
+    with open(path) as f:
+        for line in f:
+            if line.startswith("events:"):
+                evs = line.split()[1:]
+                if event not in evs:
+                    sys.exit("%s has no %s events (events other than Ir need CACHE=1)" % (path, event))
+                column = 1 + evs.index(event)
+            elif line.startswith("fn="):
+                fn, call = resolve(line[3:]), None
+            elif line.startswith("cfn="):
+                call = resolve(line[4:])
+            elif line[:1].isdigit() or line[:1] in "+-*":
+                parts = line.split()
+                cost = int(parts[column]) if column is not None and len(parts) > column else 0
+                # a recursive call's cost is already in the caller's own lines
+                if fn is not None and call != fn:
+                    incl[fn] = incl.get(fn, 0) + cost
+                call = None
+            elif line.startswith("calls="):
+                pass
+            elif not line.startswith(("cfi=", "cfl=", "fi=", "fe=", "fl=", "ob=", "cob=", "jump=", "jcnd=")):
+                call = None
+    return incl
+
+
 def entry_cost(path, event, service):
     """The inclusive cost of `service`'s `Service` entry points (`on_request`, `on_response`,
     `on_timer`, `on_cancelled`): what the service's code runs and calls, the container's code
@@ -112,7 +155,7 @@ def entry_cost(path, event, service):
     closures `dating_manual` passes to the container are named after the container's functions
     (`Context::with_session`), while the dispatcher's are its own."""
     prefix = "<" + ENTRY_TYPES[service]
-    total = sum(cost for _, name, cost in function_list(path, event, inclusive=True)
+    total = sum(cost for name, cost in inclusive_costs(path, event).items()
                 if name.startswith(prefix) and ENTRY_POINTS.search(name))
     return {"entry": total}
 

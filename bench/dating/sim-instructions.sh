@@ -15,7 +15,10 @@
 # CALLS (default 100 and 300 per phase: the slope removes start-up costs), CACHE=1 (cache and
 # branch simulation, every event's slope), KEEP=1 (keep the callgrind outputs for
 # callgrind_annotate and by_function.py, of the last repetition), BIN (default
-# target/release/dating-sim).
+# target/release/dating-sim), SCOPE=entry (count only inside the services' entry points,
+# `on_request`, `on_response`, `on_timer`, `on_cancelled` of their `Service` implementations,
+# with everything they call: the like-for-like part of the count, without the parsing,
+# transactions and allocator work that both versions share around them).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-target/release/dating-sim}
@@ -27,13 +30,20 @@ trap '[ -n "${KEEP:-}" ] && echo "callgrind outputs kept in $work" >&2 || rm -rf
 tool_args=()
 [ -n "${CACHE:-}" ] && tool_args=(--cache-sim=yes --branch-sim=yes)
 read -r -a calls <<<"${CALLS:-100 300}"
+case "${SCOPE:-core}" in
+    core) scope_args=(--toggle-collect='tandem_dating_sim::dating_core_*') ;;
+    # callgrind's patterns: `*` matches anything, the generic parameters included
+    entry) scope_args=(--toggle-collect='<tandem_services::dating_manual::DatingManual as tandem_container::service::Service>::on_*'
+                       --toggle-collect='<tandem_engine::dispatch::CompiledService<* as tandem_container::service::Service>::on_*') ;;
+    *) echo "SCOPE is core or entry, not ${SCOPE}" >&2; exit 2 ;;
+esac
 
 # prints "messages EVENT=COUNT ..."
 measure() {
     local svc=$1 n=$2 out msgs
     out="$work/cg-$svc-$n.out"
     valgrind --tool=callgrind ${tool_args[@]+"${tool_args[@]}"} --collect-atstart=no \
-        --toggle-collect='tandem_dating_sim::dating_core_*' --callgrind-out-file="$out" \
+        "${scope_args[@]}" --callgrind-out-file="$out" \
         "$BIN" --service "$svc" --calls "$n" >"$work/report-$svc-$n" 2>"$work/valgrind-$svc-$n.log" ||
         { echo "$svc: the simulation failed:" >&2; cat "$work/report-$svc-$n" >&2; exit 1; }
     msgs=$(awk '$1 == "dating_messages" {print $2}' "$work/report-$svc-$n")
