@@ -268,7 +268,9 @@ impl<'a> Context<'a> {
     /// applies to an ended execution (a BYE or CANCEL still ends the dialog).
     ///
     /// `work` is boxed only when it has to be posted: the usual action, on this executor's own
-    /// session, runs at once with no allocation.
+    /// session, runs at once with no allocation. Inlined: the common case is two comparisons
+    /// and the call of `work`, and a call in between moves `work` (with what it owns) again.
+    #[inline(always)]
     pub fn act_in_order<W>(&mut self, cell: &SessionCell, s: &mut SipSession, ticket: ActionTicket, work: W)
     where
         W: FnOnce(&mut Context<'_>, &mut SipSession) + Send + 'static,
@@ -282,6 +284,7 @@ impl<'a> Context<'a> {
         }
     }
 
+    #[inline(never)]
     fn post_in_order(&mut self, home: u16, cell: SessionCell, ticket: ActionTicket, work: SessionWork) {
         let post: Post = Box::new(move |ctx: &mut Context<'_>| {
             let mut s = cell.lock();
