@@ -365,11 +365,19 @@ impl<S> Creation<S> {
 /// An initial transition creates its execution's sessions (the dating T1: two).
 const CREATED_MAX: usize = 4;
 
-/// A step's creation, taken and freed (the created sessions' cells let go); a step that
-/// created nothing has nothing to free, checked inline by the caller.
+/// A step's creation ended: the created sessions' cells let go where they lie (the creation is
+/// not moved out to be dropped), and what the dispatcher still needs of it, the created holder
+/// and application session, returned. A step that created nothing has nothing to free,
+/// checked inline by the caller.
 #[inline(never)]
-fn end_creation<S>(creation: &mut ManuallyDrop<Option<Creation<S>>>) -> Option<Creation<S>> {
-    creation.take()
+fn end_creation<S>(creation: &mut ManuallyDrop<Option<Creation<S>>>) -> (Option<SessionId>, Option<AppSessionId>) {
+    match creation.as_mut() {
+        Some(c) => {
+            c.created = Created::default();
+            (c.holder, c.app)
+        }
+        None => (None, None),
+    }
 }
 
 impl<K> Created<K> {
@@ -470,6 +478,21 @@ impl<C: Contract> Step<'_, '_, C> {
         Ok(())
     }
 
+    /// A role given to a held session (not an initial transition's created one): rare.
+    #[inline(never)]
+    fn set_role_held<const N: usize>(&mut self, id: SessionId, role: &str, attrs: [(&str, AttrValue); N]) -> Result<(), TransitionError> {
+        let s = match (&mut self.holder, &mut self.peer) {
+            (Some(h), _) if h.s.id == id => &mut *h.s,
+            (_, Some(p)) if p.s.id == id => &mut *p.s,
+            _ => return Err(TransitionError::NotAcquired(id)),
+        };
+        s.attributes.set(ROLE, AttrValue::Str(role.to_string()));
+        for (name, value) in attrs {
+            s.attributes.set(name, value);
+        }
+        Ok(())
+    }
+
     #[inline]
     fn app(&mut self) -> Option<AppSessionId> {
         self.creation.as_ref().and_then(|c| c.app).or(self.input.app).or_else(|| self.holder.as_ref().map(|h| h.s.app))
@@ -519,33 +542,25 @@ impl<C: Contract> ArmContext for Step<'_, '_, C> {
         attrs: [(&str, AttrValue); N],
     ) -> Result<(), TransitionError> {
         let Some(r) = C::role_named(role) else { return Err(TransitionError::UnknownRole(role.to_string())) };
-        let write = |s: &mut SipSession, attrs: [(&str, AttrValue); N], state: Option<C::State>| {
-            s.attributes.set(ROLE, AttrValue::Str(role.to_string()));
-            for (name, value) in attrs {
-                s.attributes.set(name, value);
-            }
-            if let Some(to) = state {
-                set_state::<C>(s, to);
-            }
+        // A session the arm created (an initial transition's), written through its kept cell,
+        // here, where the arm gives the role (inlined into it): the attributes go from the
+        // arm's array to the session without being moved into a function of their own.
+        let Some((cell, holder, to)) = self.creation.as_mut().and_then(|c| Some((c.created.cell(id)?, &mut c.holder, c.to))) else {
+            return self.set_role_held(id, role, attrs);
         };
-        // A session the arm created (an initial transition's), written through its kept cell:
-        // the attributes are not moved into a closure for `with`.
-        if let Some(c) = self.creation.as_mut() {
-            if let Some(cell) = c.created.cell(id) {
-                let state = if r == C::HOLDER {
-                    c.holder = Some(id);
-                    c.to
-                } else {
-                    None
-                };
-                write(&mut cell.lock(), attrs, state);
-                return Ok(());
-            }
+        let state = if r == C::HOLDER {
+            *holder = Some(id);
+            to
+        } else {
+            None
+        };
+        let mut s = cell.lock();
+        s.attributes.set(ROLE, AttrValue::Str(role.to_string()));
+        for (name, value) in attrs {
+            s.attributes.set(name, value);
         }
-        match (&mut self.holder, &mut self.peer) {
-            (Some(h), _) if h.s.id == id => write(h.s, attrs, None),
-            (_, Some(p)) if p.s.id == id => write(p.s, attrs, None),
-            _ => return Err(TransitionError::NotAcquired(id)),
+        if let Some(to) = state {
+            set_state::<C>(&mut s, to);
         }
         Ok(())
     }
@@ -720,7 +735,7 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
             let creation = Creation::new(Some(to).filter(|to| *to != C::INITIAL && !C::is_final(*to)));
             let mut step = self.step(ctx, input, None, None, None, payload, Some(creation), &mut acts);
             let result = self.arms.run(t, &mut step);
-            let (holder, app) = end_creation(&mut step.creation).map_or((None, None), |c| (c.holder, c.app));
+            let (holder, app) = end_creation(&mut step.creation);
             (result, step.respond, holder, app)
         };
         if let Err(e) = result {
@@ -912,7 +927,7 @@ impl<C: Contract, A: Arms<C>> CompiledService<C, A> {
         let (result, respond, created_app) = {
             let mut step = self.step(ctx, input, held, peer, sips_via, payload, None, &mut acts);
             let result = self.arms.run(t, &mut step);
-            let created_app = if step.creation.is_some() { end_creation(&mut step.creation).and_then(|c| c.app) } else { None };
+            let created_app = if step.creation.is_some() { end_creation(&mut step.creation).1 } else { None };
             (result, step.respond, created_app)
         };
         if let Err(e) = result {
