@@ -56,12 +56,10 @@ def group_of(name):
     return SHARED
 
 
-def function_list(path, event, inclusive=False):
-    """(source file, function, cost) for each entry of callgrind_annotate's function list
-    (object names dropped): self costs, or inclusive ones."""
+def function_list(path, event):
+    """(source file, function, self cost) for each entry of callgrind_annotate's function list
+    (object names dropped). Its inclusive list is not read: see `inclusive_costs`."""
     cmd = ["callgrind_annotate", "--threshold=100", "--show=" + event, "--sort=" + event, path]
-    if inclusive:
-        cmd.insert(1, "--inclusive=yes")
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit("callgrind_annotate %s failed (an event the output lacks? Events other than Ir "

@@ -380,6 +380,16 @@ fn end_creation<S>(creation: &mut ManuallyDrop<Option<Creation<S>>>) -> (Option<
     }
 }
 
+/// A session's role and first attributes, written where it is called (inlined: the attributes
+/// go from the arm's array to the session without a move into a function of their own).
+#[inline(always)]
+fn write_role_and_attrs<const N: usize>(s: &mut SipSession, role: &str, attrs: [(&str, AttrValue); N]) {
+    s.attributes.set(ROLE, AttrValue::Str(role.to_string()));
+    for (name, value) in attrs {
+        s.attributes.set(name, value);
+    }
+}
+
 impl<K> Created<K> {
     #[inline]
     fn cell(&self, id: SessionId) -> Option<&K> {
@@ -486,10 +496,7 @@ impl<C: Contract> Step<'_, '_, C> {
             (_, Some(p)) if p.s.id == id => &mut *p.s,
             _ => return Err(TransitionError::NotAcquired(id)),
         };
-        s.attributes.set(ROLE, AttrValue::Str(role.to_string()));
-        for (name, value) in attrs {
-            s.attributes.set(name, value);
-        }
+        write_role_and_attrs(s, role, attrs);
         Ok(())
     }
 
@@ -555,10 +562,7 @@ impl<C: Contract> ArmContext for Step<'_, '_, C> {
             None
         };
         let mut s = cell.lock();
-        s.attributes.set(ROLE, AttrValue::Str(role.to_string()));
-        for (name, value) in attrs {
-            s.attributes.set(name, value);
-        }
+        write_role_and_attrs(&mut s, role, attrs);
         if let Some(to) = state {
             set_state::<C>(&mut s, to);
         }
